@@ -1,0 +1,22 @@
+"""ukjax: differentiable constrained multibody dynamics by the Udwadia–Kalaba equation."""
+
+from . import models as models
+from ._constraints import (
+    AbstractConstraint as AbstractConstraint,
+    AccelerationConstraint as AccelerationConstraint,
+    Baumgarte as Baumgarte,
+    ConstraintRows as ConstraintRows,
+    Holonomic as Holonomic,
+    Nonholonomic as Nonholonomic,
+)
+from ._core import constraint_force as constraint_force, udwadia_kalaba as udwadia_kalaba
+from ._simulate import Solution as Solution, Status as Status, simulate as simulate, stiff_solver as stiff_solver
+from ._systems import (
+    AbstractSystem as AbstractSystem,
+    AbstractUnconstrainedSystem as AbstractUnconstrainedSystem,
+    ConstrainedSystem as ConstrainedSystem,
+    ExplicitSystem as ExplicitSystem,
+    LagrangianSystem as LagrangianSystem,
+)
+
+__version__ = "0.1.0"

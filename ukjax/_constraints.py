@@ -1,0 +1,157 @@
+"""Constraints from plain functions, reduced to the second-order form `A q̈ = b`."""
+
+import abc
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float, Real
+
+
+class ConstraintRows(eqx.Module):
+    """The rows one constraint contributes: `A q̈ = b`, with the position-level residual `phi`
+    and the velocity-level residual `phid` of each row (zero where a row has none)."""
+
+    A: Float[Array, "p n"]
+    b: Float[Array, " p"]
+    phi: Float[Array, " p"]
+    phid: Float[Array, " p"]
+
+
+def _time_derivative(fn, t, q, qd):
+    """`(f, ḟ)` for `f(t, q, q̇)` along the motion, leaving out the `q̈` term."""
+    return jax.jvp(fn, (t, q, qd), (jnp.ones_like(t), qd, jnp.zeros_like(qd)))
+
+
+def _as_rows(x, name: str) -> Array:
+    x = jnp.asarray(x)
+    if x.ndim > 1:
+        raise ValueError(f"{name} must return a scalar or a vector of shape (p,), got {x.shape}.")
+    return jnp.atleast_1d(x)
+
+
+class AbstractConstraint(eqx.Module):
+    """A constraint that can be written as rows of `A(t, q, q̇) q̈ = b(t, q, q̇)`."""
+
+    @abc.abstractmethod
+    def rows(self, t: Real[ArrayLike, ""], q: Float[Array, " n"], qd: Float[Array, " n"]) -> ConstraintRows:
+        """The second-order form of the constraint at `(t, q, q̇)`.
+
+        **Returns:**
+
+        A `ConstraintRows` with `A` (p, n), `b` (p,) and the residuals `phi`, `phid` (p,).
+        """
+
+
+class Holonomic(AbstractConstraint):
+    """A holonomic (configuration) constraint `φ(t, q) = 0`, differentiated twice.
+
+    **Arguments:**
+
+    - `fn`: `fn(t, q) -> φ`, a scalar or a `(p,)` vector.
+    """
+
+    fn: Callable
+
+    def rows(self, t, q, qd):
+        t = jnp.asarray(t, dtype=q.dtype)
+
+        def phi(t, q):
+            return _as_rows(self.fn(t, q), "Holonomic fn")
+
+        def phi_and_rate(t, q, qd):
+            return jax.jvp(phi, (t, q), (jnp.ones_like(t), qd))
+
+        (value, rate), (_, accel_free) = _time_derivative(phi_and_rate, t, q, qd)
+        A = jax.jacfwd(phi, argnums=1)(t, q)
+        return ConstraintRows(A, -accel_free, value, rate)
+
+
+class Nonholonomic(AbstractConstraint):
+    """A first-order constraint `ψ(t, q, q̇) = 0` (nonholonomic or velocity-level),
+    differentiated once.
+
+    **Arguments:**
+
+    - `fn`: `fn(t, q, qd) -> ψ`, a scalar or a `(p,)` vector.
+    """
+
+    fn: Callable
+
+    def rows(self, t, q, qd):
+        t = jnp.asarray(t, dtype=q.dtype)
+
+        def psi(t, q, qd):
+            return _as_rows(self.fn(t, q, qd), "Nonholonomic fn")
+
+        value, accel_free = _time_derivative(psi, t, q, qd)
+        A = jax.jacfwd(psi, argnums=2)(t, q, qd)
+        return ConstraintRows(A, -accel_free, jnp.zeros_like(value), value)
+
+
+class AccelerationConstraint(AbstractConstraint):
+    """A constraint given directly in second-order form `A q̈ = b`.
+
+    **Arguments:**
+
+    - `fn`: `fn(t, q, qd) -> (A, b)` with `A` of shape (p, n) and `b` of shape (p,).
+    """
+
+    fn: Callable
+
+    def rows(self, t, q, qd):
+        A, b = self.fn(t, q, qd)
+        A = jnp.asarray(A)
+        b = _as_rows(b, "AccelerationConstraint fn's b")
+        if A.ndim == 1:
+            A = A[None]
+        if A.shape != (b.shape[0], q.shape[0]):
+            raise ValueError(
+                f"AccelerationConstraint fn must return A of shape (p, n) = ({b.shape[0]}, "
+                f"{q.shape[0]}) matching b and q, got {A.shape}."
+            )
+        zeros = jnp.zeros_like(b)
+        return ConstraintRows(A, b, zeros, zeros)
+
+
+class Baumgarte(eqx.Module):
+    """Baumgarte stabilization: each row obeys `Φ̈ + α Φ̇ + β Φ = 0` instead of `Φ̈ = 0`
+    (for first-order constraints `ψ̇ + α ψ = 0`; acceleration-level rows are left alone).
+
+    Seed 002 writes the gains as `2α` and `β²`; the critically damped choice for a
+    frequency `ω` is `alpha = 2ω`, `beta = ω²`.
+
+    **Arguments:**
+
+    - `alpha`: damping gain, a scalar or one per constraint row.
+    - `beta`: stiffness gain, a scalar or one per constraint row.
+    """
+
+    alpha: Float[Array, "*p"] = eqx.field(converter=jnp.asarray)
+    beta: Float[Array, "*p"] = eqx.field(converter=jnp.asarray)
+
+    def apply(self, rows: ConstraintRows) -> Float[Array, " p"]:
+        """The stabilized right-hand side `b − α Φ̇ − β Φ`."""
+        p = rows.b.shape[0]
+        for name, gain in (("alpha", self.alpha), ("beta", self.beta)):
+            if gain.shape not in ((), (p,)):
+                raise ValueError(
+                    f"Baumgarte {name} must be a scalar or have one entry per constraint row "
+                    f"({p}), got shape {gain.shape}."
+                )
+        return rows.b - self.alpha * rows.phid - self.beta * rows.phi
+
+
+def stack_rows(constraints, t, q, qd) -> ConstraintRows:
+    """Stack the rows of several constraints, checking each against `q`."""
+    parts = []
+    for k, constraint in enumerate(constraints):
+        r = constraint.rows(t, q, qd)
+        if r.A.shape[1:] != q.shape:
+            raise ValueError(
+                f"Constraint {k} ({type(constraint).__name__}) gives A with {r.A.shape[1]} "
+                f"columns, but the system has n = {q.shape[0]} coordinates."
+            )
+        parts.append(r)
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)

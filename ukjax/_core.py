@@ -1,0 +1,173 @@
+"""Pure Udwadia–Kalaba functions on arrays.
+
+Every `M^{±1/2}` of the textbook form is replaced by the Cholesky factor `M = L Lᵀ`: any
+`W` with `W Wᵀ = M⁻¹` gives the same answer, and `W = L⁻ᵀ` differentiates cleanly where a
+symmetric square root (through `eigh`) gives NaN gradients at repeated eigenvalues.
+With `B = A L⁻ᵀ` and `e = b − A a`:
+
+    q̈ = a + L⁻ᵀ z,    Qᶜ = L z,    z = B⁺ e + (I − B⁺B) L⁻¹ c.
+"""
+
+from typing import Literal, NamedTuple
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+from jaxtyping import Array, ArrayLike, Bool, Float
+
+Method = Literal["svd", "cholesky"]
+METHODS = ("svd", "cholesky")
+
+
+class UKSolution(NamedTuple):
+    """Everything one U-K solve produces; internal."""
+
+    acceleration: Float[Array, " n"]
+    constraint_force: Float[Array, " n"]
+    # `A q̈ − b` relative to the size of its terms: non-zero only for inconsistent constraints.
+    inconsistency: Float[Array, ""]
+    # False where `M` is not symmetric positive definite.
+    mass_ok: Bool[Array, ""]
+
+
+def check_method(method: str) -> None:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
+
+
+def check_shapes(M, Q, A, b, c=None) -> None:
+    """Raise a ValueError naming the first pair of arguments whose shapes disagree."""
+    if jnp.ndim(Q) != 1:
+        raise ValueError(f"Q (generalized forces) must have shape (n,), got {jnp.shape(Q)}.")
+    n = jnp.shape(Q)[0]
+    if jnp.shape(M) != (n, n):
+        raise ValueError(
+            f"M (mass matrix) must have shape (n, n) = ({n}, {n}) to match Q, got {jnp.shape(M)}."
+        )
+    if jnp.ndim(A) != 2 or jnp.shape(A)[1] != n:
+        raise ValueError(f"A (constraint matrix) must have shape (p, {n}), got {jnp.shape(A)}.")
+    p = jnp.shape(A)[0]
+    if jnp.shape(b) != (p,):
+        raise ValueError(f"b must have shape (p,) = ({p},) to match A, got {jnp.shape(b)}.")
+    if c is not None and jnp.shape(c) != (n,):
+        raise ValueError(f"c (non-ideal force) must have shape ({n},) to match Q, got {jnp.shape(c)}.")
+
+
+def uk_solve(
+    M: Float[Array, "n n"],
+    Q: Float[Array, " n"],
+    A: Float[Array, "p n"],
+    b: Float[Array, " p"],
+    c: Float[Array, " n"] | None,
+    method: Method,
+) -> UKSolution:
+    """The U-K solve without runtime checks (its failures are reported in the result)."""
+    L = jnp.linalg.cholesky(M)
+    a = jsl.cho_solve((L, True), Q)
+    B = jsl.solve_triangular(L, A.T, lower=True).T  # A L⁻ᵀ
+    e = b - A @ a
+    if method == "svd":
+        B_pinv = jnp.linalg.pinv(B)
+
+        def pinv_apply(r):
+            return B_pinv @ r
+    else:
+        # (B Bᵀ)⁻¹ exists only for full row rank; its condition number is that of B squared.
+        G = jnp.linalg.cholesky(B @ B.T)
+
+        def pinv_apply(r):
+            return B.T @ jsl.cho_solve((G, True), r)
+
+    z_ideal = pinv_apply(e)
+    z = z_ideal
+    if c is not None:
+        y = jsl.solve_triangular(L, c, lower=True)
+        z = z + y - pinv_apply(B @ y)
+    qdd = a + jsl.solve_triangular(L.T, z, lower=False)
+    residual = B @ z_ideal - e
+    scale = jnp.linalg.norm(e) + jnp.linalg.norm(B) * jnp.linalg.norm(z_ideal)
+    inconsistency = jnp.linalg.norm(residual) / jnp.where(scale > 0, scale, 1)
+    symmetric = jnp.max(jnp.abs(M - M.T), initial=0) <= _tol(M) * jnp.max(jnp.abs(M), initial=0)
+    mass_ok = symmetric & jnp.all(jnp.isfinite(L))
+    return UKSolution(qdd, L @ z, inconsistency, mass_ok)
+
+
+def _tol(x) -> float:
+    return float(jnp.finfo(jnp.result_type(x)).eps) ** 0.5
+
+
+def _checked_solve(M, Q, A, b, c, method) -> UKSolution:
+    M, Q, A, b = (jnp.asarray(x) for x in (M, Q, A, b))
+    c = None if c is None else jnp.asarray(c)
+    check_shapes(M, Q, A, b, c)
+    check_method(method)
+    sol = uk_solve(M, Q, A, b, c, method)
+    sol = eqx.error_if(
+        sol,
+        ~sol.mass_ok,
+        "M is not symmetric positive definite; a mass matrix must be (check the model's "
+        "inertias and that M is evaluated at a valid configuration).",
+    )
+    sol = eqx.error_if(
+        sol,
+        ~jnp.all(jnp.isfinite(sol.acceleration)),
+        "The U-K solve produced non-finite values: check M, Q, A, b for NaN/inf; with "
+        "method='cholesky', A M⁻¹ Aᵀ is singular (redundant constraints): use method='svd'.",
+    )
+    return eqx.error_if(
+        sol,
+        sol.inconsistency > _tol(sol.inconsistency),
+        "The constraints are inconsistent (A A⁺ b ≠ b): no acceleration satisfies A q̈ = b. "
+        "Check for contradictory constraint rows.",
+    )
+
+
+def udwadia_kalaba(
+    M: Float[ArrayLike, "n n"],
+    Q: Float[ArrayLike, " n"],
+    A: Float[ArrayLike, "p n"],
+    b: Float[ArrayLike, " p"],
+    *,
+    c: Float[ArrayLike, " n"] | None = None,
+    method: Method = "svd",
+) -> Float[Array, " n"]:
+    """Constrained acceleration from the Udwadia–Kalaba equation.
+
+    `q̈ = a + M^{-1/2} B⁺ (b − A a)` with `a = M⁻¹Q`, `B = A M^{-1/2}`, plus the non-ideal term
+    `M^{-1/2} (I − B⁺B) M^{-1/2} c` when `c` is given.
+
+    **Arguments:**
+
+    - `M`: symmetric positive definite mass matrix.
+    - `Q`: generalized forces of the unconstrained system.
+    - `A`, `b`: constraints in second-order form `A q̈ = b`; `A` may be rank deficient.
+    - `c`: optional non-ideal constraint force specification (seed 002 eq. 12).
+    - `method`: `"svd"` (Moore–Penrose inverse, any rank) or `"cholesky"` (Cholesky of
+      `A M⁻¹ Aᵀ`; faster, only for full-row-rank and well-conditioned `A`).
+
+    **Returns:**
+
+    The acceleration `q̈`, shape `(n,)`. Raises at run time if `M` is not symmetric positive
+    definite or the constraints are inconsistent.
+    """
+    return _checked_solve(M, Q, A, b, c, method).acceleration
+
+
+def constraint_force(
+    M: Float[ArrayLike, "n n"],
+    Q: Float[ArrayLike, " n"],
+    A: Float[ArrayLike, "p n"],
+    b: Float[ArrayLike, " p"],
+    *,
+    c: Float[ArrayLike, " n"] | None = None,
+    method: Method = "svd",
+) -> Float[Array, " n"]:
+    """Constraint force `Qᶜ = M^{1/2} B⁺ (b − A a)` (+ the non-ideal term if `c` is given).
+
+    **Arguments:** as for [`ukjax.udwadia_kalaba`][].
+
+    **Returns:**
+
+    `Qᶜ`, shape `(n,)`, such that `M q̈ = Q + Qᶜ`.
+    """
+    return _checked_solve(M, Q, A, b, c, method).constraint_force
