@@ -11,7 +11,7 @@ import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float, Int, Real
 
 from ._core import _tol
-from ._systems import AbstractSystem, ConstrainedSystem
+from ._systems import AbstractSystem, ConstrainedSystem, check_dynamics_shapes
 
 
 class Status(enum.IntEnum):
@@ -82,22 +82,26 @@ def stiff_solver(rtol: float = 1e-8, atol: float = 1e-8) -> diffrax.AbstractSolv
 
 def _vector_field(t, y, system):
     q, qd = y
-    return qd, system.acceleration(t, q, qd)
+    # Results follow the state's dtype even where the model's parameters are wider.
+    return qd, system.acceleration(t, q, qd).astype(qd.dtype)
 
 
 def _status(system, result, q0, qd0, ts, q, qd) -> Int[Array, ""]:
-    finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
-    finite = finite & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd))
-    status = jnp.where(
-        result == diffrax.RESULTS.successful,
-        Status.SUCCESS,
-        jnp.where(result == diffrax.RESULTS.max_steps_reached, Status.MAX_STEPS_REACHED, Status.SOLVER_FAILED),
-    )
+    # diffrax fills the saves after a failure with inf, so the trajectory's finiteness only
+    # tells something when the solve succeeded.
+    start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
+    finite = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd))
+    status = jnp.where(finite, Status.SUCCESS, Status.NONFINITE_STATE)
     if isinstance(system, ConstrainedSystem):
         inconsistency = jax.vmap(lambda t, q, qd: system.solve(t, q, qd).inconsistency)(ts, q, qd)
         consistent = jnp.all(inconsistency <= _tol(q))
         status = jnp.where((status == Status.SUCCESS) & ~consistent, Status.INCONSISTENT_CONSTRAINTS, status)
-    return jnp.where(finite, status, Status.NONFINITE_STATE)
+    status = jnp.where(
+        result == diffrax.RESULTS.successful,
+        status,
+        jnp.where(result == diffrax.RESULTS.max_steps_reached, Status.MAX_STEPS_REACHED, Status.SOLVER_FAILED),
+    )
+    return jnp.where(start_finite, status, Status.NONFINITE_STATE).astype(jnp.int32)
 
 
 def _check_inputs(system, q0, qd0, t0):
@@ -116,14 +120,10 @@ def _check_inputs(system, q0, qd0, t0):
             "accurate than in float64. Enable it with jax.config.update('jax_enable_x64', True).",
             stacklevel=3,
         )
-    n = q0.shape[0]
-    M = jax.eval_shape(system.mass_matrix, t0, q0)
-    Q = jax.eval_shape(system.forces, t0, q0, qd0)
-    if M.shape != (n, n) or Q.shape != (n,):
-        raise ValueError(
-            f"The system's mass matrix has shape {M.shape} and forces shape {Q.shape}, but q0 "
-            f"has n = {n} entries: expected ({n}, {n}) and ({n},)."
-        )
+    if not isinstance(system, ConstrainedSystem):
+        M = jax.eval_shape(system.mass_matrix, t0, q0)
+        Q = jax.eval_shape(system.forces, t0, q0, qd0)
+        check_dynamics_shapes(M, Q, q0)
 
 
 @eqx.filter_jit

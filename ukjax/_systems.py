@@ -32,6 +32,16 @@ class AbstractSystem(eqx.Module):
         """The acceleration `q̈` the system's equations give at `(t, q, q̇)`, shape (n,)."""
 
 
+def check_dynamics_shapes(M, Q, q) -> None:
+    """Raise a ValueError if `M` and `Q` do not match the number of coordinates."""
+    n = q.shape[0]
+    if M.shape != (n, n) or Q.shape != (n,):
+        raise ValueError(
+            f"The system's mass matrix has shape {M.shape} and forces shape {Q.shape}, but q "
+            f"has n = {n} entries: expected ({n}, {n}) and ({n},)."
+        )
+
+
 class AbstractUnconstrainedSystem(AbstractSystem):
     """A system whose acceleration is `M⁻¹ Q`: subclass it with `mass_matrix` and `forces`
     to write a model with its parameters as fields (pytree leaves that `jax.grad` reaches)."""
@@ -162,6 +172,7 @@ class ConstrainedSystem(AbstractSystem):
         Q = self.system.forces(t, q, qd)
         rows = self.rows(t, q, qd)
         c = None if self.nonideal is None else jnp.asarray(self.nonideal(t, q, qd))
+        check_dynamics_shapes(M, Q, q)
         check_shapes(M, Q, rows.A, rows.b, c)
         return uk_solve(M, Q, rows.A, rows.b, c, self.method)
 

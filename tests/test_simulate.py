@@ -1,0 +1,210 @@
+"""Simulation against independent references: scipy's DOP853 on the angle ODE, closed-form
+solutions (knife edge on an incline, Baumgarte error dynamics, viscous sliding), finite
+differences for gradients, and seed 001's SCARA result."""
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import ukjax
+from ukjax.models import scara
+
+G = 9.81
+TOL = dict(rtol=1e-11, atol=1e-11)
+
+
+class CartesianPendulum(ukjax.AbstractUnconstrainedSystem):
+    """A point mass in the plane with gravity and a constant horizontal push."""
+
+    m: jax.Array
+    push: float = 0.0
+
+    def mass_matrix(self, t, q):
+        return self.m * jnp.eye(2)
+
+    def forces(self, t, q, qd):
+        return jnp.array([self.push, -self.m * G])
+
+
+def pendulum(m=1.0, length=1.0, stabilization=None, push=0.0):
+    rod = ukjax.Holonomic(lambda t, q: q @ q - length**2)
+    return ukjax.ConstrainedSystem(CartesianPendulum(jnp.asarray(m), push), rod, stabilization)
+
+
+def test_pendulum_against_dop853_and_energy():
+    length, th0, thd0, t1 = 1.2, 1.0, 0.5, 5.0
+    ts = np.linspace(0, t1, 51)
+    ref = solve_ivp(
+        lambda t, y: [y[1], -G / length * np.sin(y[0])], (0, t1), [th0, thd0], "DOP853", t_eval=ts, rtol=1e-13, atol=1e-13
+    )
+    q0 = length * jnp.array([np.sin(th0), -np.cos(th0)])
+    qd0 = length * thd0 * jnp.array([np.cos(th0), np.sin(th0)])
+    sol = ukjax.simulate(pendulum(length=length), q0, qd0, 0.0, t1, ts=ts, **TOL)
+    np.testing.assert_allclose(sol.q[:, 0], length * np.sin(ref.y[0]), atol=1e-8)
+    np.testing.assert_allclose(sol.q[:, 1], -length * np.cos(ref.y[0]), atol=1e-8)
+    energy = 0.5 * jnp.sum(sol.qd**2, axis=1) + G * sol.q[:, 1]
+    assert jnp.max(jnp.abs(energy - energy[0])) < 1e-8 * G * length
+    assert jnp.max(jnp.abs(sol.phi)) < 1e-8
+
+
+def test_knife_edge_on_incline_closed_form():
+    """x = (g sinα/2ω²) sin²ωt, y = (g sinα/2ω²)(ωt − ½ sin 2ωt), θ = ωt (Neimark–Fufaev)."""
+    m, inertia, slope, w = 2.0, 0.3, 0.4, 1.7
+    gs = G * np.sin(slope)
+    system = ukjax.ExplicitSystem(
+        lambda t, q: jnp.diag(jnp.array([m, m, inertia])), lambda t, q, qd: jnp.array([m * gs, 0.0, 0.0])
+    )
+    blade = ukjax.Nonholonomic(lambda t, q, qd: qd[0] * jnp.sin(q[2]) - qd[1] * jnp.cos(q[2]))
+    ts = np.linspace(0, 4, 41)
+    sol = ukjax.simulate(ukjax.ConstrainedSystem(system, blade), jnp.zeros(3), jnp.array([0, 0, w]), 0.0, 4.0, ts=ts, **TOL)
+    k = gs / (2 * w**2)
+    np.testing.assert_allclose(sol.q[:, 0], k * np.sin(w * ts) ** 2, atol=1e-8)
+    np.testing.assert_allclose(sol.q[:, 1], k * (w * ts - 0.5 * np.sin(2 * w * ts)), atol=1e-8)
+    np.testing.assert_allclose(sol.q[:, 2], w * ts, atol=1e-8)
+    assert jnp.max(jnp.abs(sol.phid)) < 1e-9
+
+
+def test_baumgarte_violation_follows_linear_error_dynamics():
+    alpha, beta = 2.0, 25.0  # Φ̈ + 2Φ̇ + 25Φ = 0
+    q0, qd0 = jnp.array([0.5, -1.0]), jnp.array([0.4, 0.3])  # off the circle, moving across it
+    ts = np.linspace(0, 4, 81)
+    sol = ukjax.simulate(pendulum(stabilization=ukjax.Baumgarte(alpha, beta)), q0, qd0, 0.0, 4.0, ts=ts, **TOL)
+    phi0, phid0 = float(q0 @ q0 - 1.0), float(2 * q0 @ qd0)
+    wd = np.sqrt(beta - alpha**2 / 4)
+    expected = np.exp(-alpha * ts / 2) * (phi0 * np.cos(wd * ts) + (phid0 + alpha / 2 * phi0) / wd * np.sin(wd * ts))
+    np.testing.assert_allclose(sol.phi[:, 0], expected, atol=1e-9)
+    assert abs(phi0) > 0.2  # the start really is inconsistent
+
+
+def test_nonideal_viscous_friction_on_incline():
+    """A bead on a straight wire at angle a with viscous friction c = −k q̇:
+    s̈ = −g sin a − (k/m) ṡ, whose solution is closed form; the normal force is m g cos a."""
+    m, k, a, v0 = 1.5, 0.8, 0.3, 2.0
+    u = jnp.array([np.cos(a), np.sin(a)])
+    wire = ukjax.Holonomic(lambda t, q: -np.sin(a) * q[0] + np.cos(a) * q[1])
+    csys = ukjax.ConstrainedSystem(CartesianPendulum(jnp.asarray(m)), wire, nonideal=lambda t, q, qd: -k * qd)
+    ts = np.linspace(0, 3, 31)
+    sol = ukjax.simulate(csys, jnp.zeros(2), v0 * u, 0.0, 3.0, ts=ts, **TOL)
+    v_inf = m * G * np.sin(a) / k
+    s = -v_inf * ts + (v0 + v_inf) * m / k * (1 - np.exp(-k * ts / m))
+    np.testing.assert_allclose(sol.q @ u, s, atol=1e-8)
+    assert jnp.max(jnp.abs(sol.phi)) < 1e-9
+    force = jax.vmap(csys.constraint_force)(sol.ts, sol.q, sol.qd)
+    normal = jnp.array([-np.sin(a), np.cos(a)])
+    np.testing.assert_allclose(force @ normal, m * G * np.cos(a), rtol=1e-9)
+    np.testing.assert_allclose(force @ u, -k * (sol.qd @ u), rtol=1e-9, atol=1e-12)
+
+
+def test_gradients_match_finite_differences():
+    """d x(T) / d(mass, Baumgarte β, q0[0]) through the whole trajectory."""
+
+    def final_x(params):
+        m, beta, x0 = params
+        csys = pendulum(m=m, stabilization=ukjax.Baumgarte(2.0, beta), push=0.7)
+        q0 = jnp.stack([x0, -1.0])
+        return ukjax.simulate(csys, q0, jnp.array([0.3, 0.0]), 0.0, 2.0, rtol=1e-12, atol=1e-12).q[-1, 0]
+
+    params = jnp.array([1.3, 30.0, 0.4])
+    grad = jax.grad(final_x)(params)
+    for i, h in enumerate([1e-5, 1e-3, 1e-6]):
+        e = jnp.zeros(3).at[i].set(h)
+        fd = (final_x(params + e) - final_x(params - e)) / (2 * h)
+        np.testing.assert_allclose(grad[i], fd, rtol=1e-5)
+        assert abs(grad[i]) > 1e-4
+
+
+def test_gradient_equal_masses_double_pendulum():
+    def final(m1):
+        M = jnp.diag(jnp.array([m1, m1, 1.0, 1.0]))  # at m1 = 1 all four eigenvalues coincide
+        system = ukjax.ExplicitSystem(lambda t, q: M, lambda t, q, qd: jnp.array([0.0, -m1 * G, 0.0, -G]))
+        rods = ukjax.Holonomic(lambda t, q: jnp.stack([q[:2] @ q[:2] - 1.0, (q[2:] - q[:2]) @ (q[2:] - q[:2]) - 1.0]))
+        q0 = jnp.array([1.0, 0.0, 2.0, 0.0])
+        return ukjax.simulate(ukjax.ConstrainedSystem(system, rods), q0, jnp.zeros(4), 0.0, 1.0, rtol=1e-12, atol=1e-12).q[-1, 2]
+
+    g = jax.grad(final)(1.0)
+    h = 1e-5
+    fd = (final(1.0 + h) - final(1.0 - h)) / (2 * h)
+    assert jnp.isfinite(g)
+    np.testing.assert_allclose(g, fd, rtol=1e-5)
+
+
+def test_batch_keeps_good_members_and_marks_bad_ones():
+    csys = pendulum(stabilization=ukjax.Baumgarte(2.0, 25.0))
+    q0s = jnp.array([[0.6, -0.8], [jnp.nan, -1.0], [-0.8, -0.6]])
+    qd0s = jnp.zeros((3, 2))
+    ts = jnp.linspace(0, 1, 5)
+    batch = jax.vmap(lambda q0, qd0: ukjax.simulate(csys, q0, qd0, 0.0, 1.0, ts=ts, throw=False))(q0s, qd0s)
+    assert batch.status.tolist() == [ukjax.Status.SUCCESS, ukjax.Status.NONFINITE_STATE, ukjax.Status.SUCCESS]
+    for k in (0, 2):
+        single = ukjax.simulate(csys, q0s[k], qd0s[k], 0.0, 1.0, ts=ts)
+        np.testing.assert_allclose(batch.q[k], single.q, rtol=1e-12, atol=1e-12)
+    with pytest.raises(Exception, match="non-finite"):
+        ukjax.simulate(csys, q0s[1], qd0s[1], 0.0, 1.0)
+
+
+def test_failure_statuses():
+    csys = pendulum()
+    out = ukjax.simulate(csys, jnp.array([0.6, -0.8]), jnp.zeros(2), 0.0, 5.0, max_steps=4, throw=False)
+    assert out.status == ukjax.Status.MAX_STEPS_REACHED
+    with pytest.raises(Exception, match="ran out of steps"):
+        ukjax.simulate(csys, jnp.array([0.6, -0.8]), jnp.zeros(2), 0.0, 5.0, max_steps=4)
+
+    contradiction = ukjax.AccelerationConstraint(lambda t, q, qd: (jnp.array([[1.0, 0.0], [1.0, 0.0]]), jnp.array([1.0, 2.0])))
+    bad = ukjax.ConstrainedSystem(CartesianPendulum(jnp.asarray(1.0)), contradiction)
+    out = ukjax.simulate(bad, jnp.zeros(2), jnp.zeros(2), 0.0, 1.0, throw=False)
+    assert out.status == ukjax.Status.INCONSISTENT_CONSTRAINTS
+    with pytest.raises(Exception, match="inconsistent"):
+        ukjax.simulate(bad, jnp.zeros(2), jnp.zeros(2), 0.0, 1.0)
+
+    with pytest.raises(ValueError, match="needs a step size dt0"):
+        ukjax.simulate(csys, jnp.zeros(2), jnp.zeros(2), 0.0, 1.0, adaptive=False)
+    with pytest.raises(ValueError, match="q0 and qd0 must both have shape"):
+        ukjax.simulate(csys, jnp.zeros(2), jnp.zeros(3), 0.0, 1.0)
+    with pytest.raises(ValueError, match="mass matrix has shape"):
+        ukjax.simulate(csys, jnp.zeros(3), jnp.zeros(3), 0.0, 1.0)
+
+
+def test_fixed_step_and_stiff_solver_agree_with_default():
+    csys = pendulum(stabilization=ukjax.Baumgarte(2e3, 1e6))  # stiff error dynamics
+    q0, qd0, ts = jnp.array([0.6, -0.8]), jnp.array([1.0, 0.75]), jnp.linspace(0, 1, 11)
+    ref = ukjax.simulate(csys, q0, qd0, 0.0, 1.0, ts=ts, **TOL)
+    fixed = ukjax.simulate(csys, q0, qd0, 0.0, 1.0, ts=ts, dt0=2e-4, adaptive=False)
+    stiff = ukjax.simulate(csys, q0, qd0, 0.0, 1.0, ts=ts, solver=ukjax.stiff_solver(), rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(fixed.q, ref.q, atol=1e-7)
+    np.testing.assert_allclose(stiff.q, ref.q, atol=1e-5)
+    assert int(stiff.stats["num_steps"]) < int(ref.stats["num_steps"])
+
+
+def test_no_recompilation_on_second_call():
+    traces = []
+
+    def mass(t, q):
+        traces.append(None)
+        return jnp.eye(2)
+
+    system = ukjax.ExplicitSystem(mass, lambda t, q, qd: jnp.array([0.0, -G]))
+    csys = ukjax.ConstrainedSystem(system, ukjax.Holonomic(lambda t, q: q @ q - 1.0))
+    ukjax.simulate(csys, jnp.array([0.6, -0.8]), jnp.zeros(2), 0.0, 1.0)
+    count = len(traces)
+    out = ukjax.simulate(csys, jnp.array([0.8, -0.6]), jnp.array([0.3, 0.4]), 0.0, 1.0)
+    assert len(traces) == count and count > 0
+    assert out.success
+
+
+def test_scara_seed001_z_error_and_baumgarte():
+    model = scara()
+    ts = jnp.linspace(0, 20, 21)
+    free = ukjax.simulate(ukjax.ConstrainedSystem(model.system, model.constraints), model.q0, model.qd0, 0.0, 20.0, ts=ts, **TOL)
+    np.testing.assert_allclose(free.phi[:, 3], -0.0005 * ts, atol=1e-9)  # z error 0.0005 t (0.01 m at 20 s)
+    stab = ukjax.ConstrainedSystem(model.system, model.constraints, ukjax.Baumgarte(0.5, 200.0))
+    damped = ukjax.simulate(stab, model.q0, model.qd0, 0.0, 20.0, ts=ts, **TOL)
+    assert abs(damped.phi[-1, 3]) < 1e-5 * abs(free.phi[-1, 3])
+    assert jnp.linalg.norm(damped.phi[-1]) < 1e-2 * jnp.linalg.norm(free.phi[-1])
+
+
+def test_float32_warns():
+    with pytest.warns(UserWarning, match="float32"):
+        ukjax.simulate(pendulum(), jnp.array([0.6, -0.8], jnp.float32), jnp.zeros(2, jnp.float32), 0.0, 0.1)
