@@ -1,0 +1,16 @@
+"""The main job: `ukjax scara` at a short horizon."""
+
+import re
+
+from ukjax._cli import main
+
+
+def test_scara_main_job(tmp_path, capsys):
+    out = tmp_path / "scara.png"
+    main(["scara", "--t1", "2", "--saves", "21", "--batch", "4", "--quiet", "--out", str(out)])
+    text = capsys.readouterr().out
+    z_errors = [float(z) for z in re.findall(r"z ([+-]\d\.\d+e[+-]\d+) m", text)]
+    assert abs(z_errors[0] + 0.0005 * 2) < 1e-9  # seed 001: z error 0.0005 t without stabilization
+    assert abs(z_errors[1]) < 1e-2 * abs(z_errors[0])
+    assert "succeeded 4/4" in text
+    assert out.stat().st_size > 10_000
