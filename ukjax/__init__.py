@@ -3,6 +3,8 @@
 from . import models as models
 from ._constraints import (
     AbstractConstraint as AbstractConstraint,
+    AbstractHolonomic as AbstractHolonomic,
+    AbstractNonholonomic as AbstractNonholonomic,
     AccelerationConstraint as AccelerationConstraint,
     Baumgarte as Baumgarte,
     ConstraintRows as ConstraintRows,
@@ -14,8 +16,10 @@ from ._simulate import Solution as Solution, Status as Status, simulate as simul
 from ._systems import (
     AbstractSystem as AbstractSystem,
     AbstractUnconstrainedSystem as AbstractUnconstrainedSystem,
+    ComposedSystem as ComposedSystem,
     ConstrainedSystem as ConstrainedSystem,
     ExplicitSystem as ExplicitSystem,
+    Forced as Forced,
     LagrangianSystem as LagrangianSystem,
 )
 

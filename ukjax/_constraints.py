@@ -44,21 +44,19 @@ class AbstractConstraint(eqx.Module):
         """
 
 
-class Holonomic(AbstractConstraint):
+class AbstractHolonomic(AbstractConstraint):
     """A holonomic (configuration) constraint `φ(t, q) = 0`, differentiated twice.
+    Subclass it with `residual` to write a constraint whose parameters are fields."""
 
-    **Arguments:**
-
-    - `fn`: `fn(t, q) -> φ`, a scalar or a `(p,)` vector.
-    """
-
-    fn: Callable
+    @abc.abstractmethod
+    def residual(self, t: Real[ArrayLike, ""], q: Float[Array, " n"]) -> Float[Array, " p"]:
+        """`φ(t, q)`, a scalar or a `(p,)` vector."""
 
     def rows(self, t, q, qd):
         t = jnp.asarray(t, dtype=q.dtype)
 
         def phi(t, q):
-            return _as_rows(self.fn(t, q), "Holonomic fn")
+            return _as_rows(self.residual(t, q), f"{type(self).__name__} residual")
 
         def phi_and_rate(t, q, qd):
             return jax.jvp(phi, (t, q), (jnp.ones_like(t), qd))
@@ -68,9 +66,42 @@ class Holonomic(AbstractConstraint):
         return ConstraintRows(A, -accel_free, value, rate)
 
 
-class Nonholonomic(AbstractConstraint):
+class AbstractNonholonomic(AbstractConstraint):
     """A first-order constraint `ψ(t, q, q̇) = 0` (nonholonomic or velocity-level),
-    differentiated once.
+    differentiated once. Subclass it with `residual`."""
+
+    @abc.abstractmethod
+    def residual(self, t: Real[ArrayLike, ""], q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, " p"]:
+        """`ψ(t, q, q̇)`, a scalar or a `(p,)` vector."""
+
+    def rows(self, t, q, qd):
+        t = jnp.asarray(t, dtype=q.dtype)
+
+        def psi(t, q, qd):
+            return _as_rows(self.residual(t, q, qd), f"{type(self).__name__} residual")
+
+        value, accel_free = _time_derivative(psi, t, q, qd)
+        A = jax.jacfwd(psi, argnums=2)(t, q, qd)
+        return ConstraintRows(A, -accel_free, jnp.zeros_like(value), value)
+
+
+class Holonomic(AbstractHolonomic):
+    """A holonomic (configuration) constraint `φ(t, q) = 0` from a function.
+
+    **Arguments:**
+
+    - `fn`: `fn(t, q) -> φ`, a scalar or a `(p,)` vector.
+    """
+
+    fn: Callable
+
+    def residual(self, t, q):
+        return self.fn(t, q)
+
+
+class Nonholonomic(AbstractNonholonomic):
+    """A first-order constraint `ψ(t, q, q̇) = 0` (nonholonomic or velocity-level) from a
+    function.
 
     **Arguments:**
 
@@ -79,15 +110,8 @@ class Nonholonomic(AbstractConstraint):
 
     fn: Callable
 
-    def rows(self, t, q, qd):
-        t = jnp.asarray(t, dtype=q.dtype)
-
-        def psi(t, q, qd):
-            return _as_rows(self.fn(t, q, qd), "Nonholonomic fn")
-
-        value, accel_free = _time_derivative(psi, t, q, qd)
-        A = jax.jacfwd(psi, argnums=2)(t, q, qd)
-        return ConstraintRows(A, -accel_free, jnp.zeros_like(value), value)
+    def residual(self, t, q, qd):
+        return self.fn(t, q, qd)
 
 
 class AccelerationConstraint(AbstractConstraint):

@@ -189,6 +189,37 @@ class ConstrainedSystem(AbstractSystem):
         """The constraint force `Qᶜ` (ideal plus non-ideal), shape (n,)."""
         return self.solve(t, q, qd).constraint_force
 
+    def project(
+        self, t: Time, q: Coordinates, qd: Coordinates, *, iterations: int = 8
+    ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
+        """The nearest consistent state: `q` moved onto `Φ = 0` by minimum-norm Gauss–Newton
+        steps, then `q̇` onto `Φ̇ = 0` (and `ψ = 0`) by a minimum-norm correction. Use it to
+        start a simulation from printed, rounded initial conditions.
+
+        **Arguments:**
+
+        - `t`, `q`, `qd`: the state to correct.
+        - `iterations`: Gauss–Newton steps (quadratic convergence; a few suffice).
+
+        **Returns:**
+
+        `(q, qd)`, consistent up to round-off where a consistent state is near.
+        """
+
+        def phi(q):
+            return stack_rows(self.constraints, t, q, jnp.zeros_like(q)).phi
+
+        def newton(_, q):
+            return q - jnp.linalg.pinv(jax.jacfwd(phi)(q)) @ phi(q)
+
+        q = jax.lax.fori_loop(0, iterations, newton, q)
+
+        def phid(qd):
+            return stack_rows(self.constraints, t, q, qd).phid
+
+        # Φ̇ and ψ are affine in q̇, so one least-squares step is exact.
+        return q, qd - jnp.linalg.pinv(jax.jacfwd(phid)(qd)) @ phid(qd)
+
     def violation(
         self, t: Time, q: Coordinates, qd: Coordinates
     ) -> tuple[Float[Array, " p"], Float[Array, " p"]]:
@@ -202,3 +233,74 @@ class ConstrainedSystem(AbstractSystem):
         """
         rows = stack_rows(self.constraints, t, q, qd)
         return rows.phi, rows.phid
+
+
+class Forced(AbstractUnconstrainedSystem):
+    """A system with further applied generalized forces `F(t, q, q̇)` (actuator torques,
+    springs, a control law): `M q̈ = Q + F`. Impose constraints on the result.
+
+    **Arguments:**
+
+    - `system`: the system acted on.
+    - `force`: `F(t, q, qd) -> (n,)`.
+    """
+
+    system: AbstractSystem
+    force: Callable
+
+    def mass_matrix(self, t, q):
+        return self.system.mass_matrix(t, q)
+
+    def forces(self, t, q, qd):
+        return self.system.forces(t, q, qd) + jnp.asarray(self.force(t, q, qd))
+
+
+class ComposedSystem(AbstractUnconstrainedSystem):
+    """Independent subsystems stacked into one: block-diagonal `M`, stacked `Q`, and named
+    coordinate slices. Connect them with constraints (seed 000 §2, seed 003).
+
+    **Arguments:**
+
+    - `parts`: a mapping from names to systems, in coordinate order.
+    - `sizes`: the number of coordinates of each part; read from a part's `num_coordinates`
+      where it has one.
+    """
+
+    parts: dict[str, AbstractSystem]
+    sizes: tuple[int, ...] = eqx.field(static=True)
+
+    def __init__(self, parts: dict[str, AbstractSystem], sizes: dict[str, int] | None = None):
+        sizes = {} if sizes is None else dict(sizes)
+        for name, part in parts.items():
+            if not isinstance(part, AbstractSystem):
+                raise TypeError(f"part {name!r} must be a ukjax system, got {type(part).__name__}.")
+            if name not in sizes:
+                if not hasattr(part, "num_coordinates"):
+                    raise ValueError(f"Give the number of coordinates of part {name!r} in sizes.")
+                sizes[name] = part.num_coordinates
+        self.parts = dict(parts)
+        self.sizes = tuple(sizes[name] for name in parts)
+
+    @property
+    def num_coordinates(self) -> int:
+        return sum(self.sizes)
+
+    def slice(self, name: str) -> slice:
+        """The coordinates of part `name` within `q`."""
+        names = list(self.parts)
+        if name not in names:
+            raise KeyError(f"No part {name!r}; the parts are {names}.")
+        start = sum(self.sizes[: names.index(name)])
+        return slice(start, start + self.sizes[names.index(name)])
+
+    def part(self, q: Float[Array, " n"], name: str) -> Float[Array, " m"]:
+        """The coordinates (or velocities) of part `name`."""
+        return q[self.slice(name)]
+
+    def mass_matrix(self, t, q):
+        return jsl.block_diag(*(p.mass_matrix(t, self.part(q, name)) for name, p in self.parts.items()))
+
+    def forces(self, t, q, qd):
+        return jnp.concatenate(
+            [p.forces(t, self.part(q, name), self.part(qd, name)) for name, p in self.parts.items()]
+        )

@@ -1,9 +1,21 @@
-"""Ready mechanisms from the seed papers."""
+"""Model builders and the seeds' mechanisms."""
 
+from ._mechanisms import (
+    ObjectTrajectory as ObjectTrajectory,
+    SpringLength as SpringLength,
+    TwoMassSpring as TwoMassSpring,
+    coordinated_robots as coordinated_robots,
+    parallel_2dof as parallel_2dof,
+    two_mass_spring as two_mass_spring,
+)
+from ._planar import PlanarChain as PlanarChain
+from ._points import JointPoint as JointPoint, PointConstraint as PointConstraint
 from ._scara import (
     Model as Model,
     ScaraArm as ScaraArm,
     ScaraTrajectory as ScaraTrajectory,
     scara as scara,
+    scara_chain as scara_chain,
     scara_reference as scara_reference,
 )
+from ._serial import SerialChain as SerialChain, prismatic as prismatic, revolute as revolute

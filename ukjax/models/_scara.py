@@ -3,20 +3,34 @@
 from typing import NamedTuple
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .._constraints import AbstractConstraint, Holonomic
+from .._constraints import AbstractConstraint, AbstractHolonomic
 from .._systems import AbstractSystem, AbstractUnconstrainedSystem
+from ._serial import SerialChain, prismatic, revolute
 
 
 class Model(NamedTuple):
-    """A ready mechanism: the unconstrained system, its constraints and default initial state."""
+    """A ready mechanism.
+
+    **Attributes:**
+
+    - `system`: the unconstrained system.
+    - `constraints`: its passive constraints (a closed chain) or, for a trajectory to follow
+      by constraint forces alone (seed 001), that trajectory.
+    - `q0`, `qd0`: the default initial state.
+    - `servo`: servo constraints of the seed's control task (empty if none).
+    - `actuation`: the actuation matrix `B_u` (n, m) of the control task, or None.
+    """
 
     system: AbstractSystem
     constraints: tuple[AbstractConstraint, ...]
     q0: Float[Array, " n"]
     qd0: Float[Array, " n"]
+    servo: tuple[AbstractConstraint, ...] = ()
+    actuation: Float[Array, "n m"] | None = None
 
 
 class ScaraArm(AbstractUnconstrainedSystem):
@@ -91,7 +105,7 @@ def scara_reference(t) -> Float[Array, " 3"]:
     return jnp.stack([0.05 * jnp.sin(w * t), 0.35 + 0.05 * jnp.cos(w * t), 0.02 * t])
 
 
-class ScaraTrajectory(AbstractConstraint):
+class ScaraTrajectory(AbstractHolonomic):
     """Seed 001 eq. 48: the tool follows eq. 40 with fixed orientation `q1 + q2 + q3 = 0`.
     Rows: x, y, orientation, z."""
 
@@ -100,9 +114,6 @@ class ScaraTrajectory(AbstractConstraint):
     def residual(self, t, q):
         p = self.arm.end_effector(q) - scara_reference(t)
         return jnp.stack([p[0], p[1], q[0] + q[1] + q[2], p[2]])
-
-    def rows(self, t, q, qd):
-        return Holonomic(self.residual).rows(t, q, qd)
 
 
 def scara(arm: ScaraArm | None = None) -> Model:
@@ -123,3 +134,28 @@ def scara(arm: ScaraArm | None = None) -> Model:
     q0 = jnp.deg2rad(jnp.array([-30.0, 55.0, -24.0, 0.0])).at[3].set(0.0)
     qd0 = jnp.array([-0.157, 0.0001, 0.157, 0.0195])
     return Model(arm, (ScaraTrajectory(arm),), q0, qd0)
+
+
+def scara_chain(arm: ScaraArm | None = None) -> SerialChain:
+    """The SCARA arm built from its joint twists (seed 001 eq. 33) by the product of
+    exponentials, with the parameters of `arm` (default: seed 001's).
+
+    **Returns:**
+
+    A [`ukjax.models.SerialChain`][]; its `M` equals eq. 34.
+    """
+    arm = ScaraArm() if arm is None else arm
+    l1, l2 = arm.l1, arm.l2
+    joints = [
+        revolute((0.0, 0.0, 1.0), jnp.array([0.0, 0.0, 1.0])),
+        revolute((0.0, 0.0, 1.0), jnp.stack([0.0, l1, 0.0])),
+        revolute((0.0, 0.0, 1.0), jnp.stack([0.0, l1 + l2, 0.0])),
+        prismatic((0.0, 0.0, 1.0)),
+    ]
+    centres = jnp.stack(
+        [jnp.stack([0.0, arm.r1, 0.0]), jnp.stack([0.0, l1 + arm.r2, 0.0]), jnp.stack([0.0, l1 + l2, 0.0]), jnp.stack([0.0, l1 + l2, arm.l0])]
+    )
+    frames = jnp.broadcast_to(jnp.eye(4), (4, 4, 4)).at[:, :3, 3].set(centres)
+    # only the z inertias enter: every rotation is about z
+    inertias = jax.vmap(lambda iz: jnp.diag(jnp.stack([0.0, 0.0, iz])))(arm.Iz)
+    return SerialChain(joints, frames, arm.m, inertias, jnp.stack([0.0, 0.0, -arm.g]))

@@ -1,0 +1,45 @@
+"""Points of chains, and the constraints that connect them (seed 000 §2, seed 003)."""
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .._constraints import AbstractHolonomic
+from .._systems import AbstractSystem, ComposedSystem
+
+
+class JointPoint(eqx.Module):
+    """A joint of a chain: 0 is the base, `k` the tip of a `k`-link chain. `part` names the
+    chain within a `ComposedSystem` (or is None for a single chain).
+
+    Called as `point(system, q)`, it gives the joint's position.
+    """
+
+    joint: int = eqx.field(static=True)
+    part: str | None = eqx.field(static=True, default=None)
+
+    def __call__(self, system: AbstractSystem, q: Float[Array, " n"]) -> Float[Array, " d"]:
+        if self.part is not None:
+            if not isinstance(system, ComposedSystem):
+                raise TypeError(f"JointPoint with part={self.part!r} needs a ComposedSystem.")
+            system, q = system.parts[self.part], system.part(q, self.part)
+        return system.joint_positions(q)[self.joint]
+
+
+class PointConstraint(AbstractHolonomic):
+    """Point `a` coincides with point `b`, or with a fixed location `b`.
+
+    **Arguments:**
+
+    - `system`: the system whose coordinates the points depend on.
+    - `a`: a [`ukjax.models.JointPoint`][].
+    - `b`: another `JointPoint`, or a fixed location (array).
+    """
+
+    system: AbstractSystem
+    a: JointPoint
+    b: JointPoint | Float[Array, " d"]
+
+    def residual(self, t, q):
+        target = self.b(self.system, q) if isinstance(self.b, JointPoint) else jnp.asarray(self.b)
+        return self.a(self.system, q) - target

@@ -1,0 +1,121 @@
+"""Spatial serial chains from joint twists: the product of exponentials (seed 001 eq. 12–39)."""
+
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
+
+from .._systems import AbstractUnconstrainedSystem
+
+
+def _hat(w):
+    return jnp.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]])
+
+
+def _vee(S):
+    return jnp.stack([S[2, 1], S[0, 2], S[1, 0]])
+
+
+def revolute(axis: Float[ArrayLike, " 3"], point: Float[ArrayLike, " 3"]) -> tuple[str, Array]:
+    """A revolute joint about the unit `axis` through `point`: twist `(−ω × L, ω)`."""
+    w = jnp.asarray(axis, dtype=float)
+    return "revolute", jnp.concatenate([-jnp.cross(w, jnp.asarray(point, dtype=float)), w])
+
+
+def prismatic(axis: Float[ArrayLike, " 3"]) -> tuple[str, Array]:
+    """A prismatic joint along the unit `axis`: twist `(v, 0)`."""
+    return "prismatic", jnp.concatenate([jnp.asarray(axis, dtype=float), jnp.zeros(3)])
+
+
+def _exp(kind: str, twist, theta):
+    """`e^{ξ̂θ}` as a (4, 4) homogeneous transform (seed 001 eq. 37)."""
+    v, w = twist[:3], twist[3:]
+    if kind == "prismatic":
+        R, p = jnp.eye(3), v * theta
+    else:
+        W = _hat(w)
+        R = jnp.eye(3) + jnp.sin(theta) * W + (1 - jnp.cos(theta)) * W @ W
+        p = (jnp.eye(3) - R) @ jnp.cross(w, v) + w * (w @ v) * theta
+    return jnp.eye(4).at[:3, :3].set(R).at[:3, 3].set(p)
+
+
+class SerialChain(AbstractUnconstrainedSystem):
+    """A spatial serial chain of revolute and prismatic joints, by the product of exponentials.
+
+    `M = Σ mᵢ Jᵥᵢᵀ Jᵥᵢ + Jωᵢᵀ Rᵢ Iᵢ Rᵢᵀ Jωᵢ` from each link's pose
+    `gᵢ(q) = e^{ξ̂₁q₁}⋯e^{ξ̂ᵢqᵢ} gᵢ(0)`; `Q = ∂T/∂q − Ṁ q̇ − ∂V/∂q` by automatic differentiation.
+
+    **Arguments:**
+
+    - `joints`: a sequence of `ukjax.models.revolute(axis, point)` /
+      `ukjax.models.prismatic(axis)`, base to tip.
+    - `com_frames`: each link's centre-of-mass frame at `q = 0`, shape (n, 4, 4).
+    - `masses`: shape (n,).
+    - `inertias`: inertia tensors about the centres of mass in those frames, shape (n, 3, 3).
+    - `gravity`: shape (3,) (default `(0, 0, −9.81)`).
+    """
+
+    kinds: tuple[str, ...] = eqx.field(static=True)
+    twists: Float[Array, "n 6"]
+    com_frames: Float[Array, "n 4 4"]
+    masses: Float[Array, " n"]
+    inertias: Float[Array, "n 3 3"]
+    gravity: Float[Array, " 3"]
+
+    def __init__(
+        self,
+        joints: Sequence[tuple[str, Array]],
+        com_frames: Float[ArrayLike, "n 4 4"],
+        masses: Float[ArrayLike, " n"],
+        inertias: Float[ArrayLike, "n 3 3"],
+        gravity: Float[ArrayLike, " 3"] = (0.0, 0.0, -9.81),
+    ):
+        self.kinds = tuple(kind for kind, _ in joints)
+        self.twists = jnp.stack([twist for _, twist in joints])
+        self.com_frames = jnp.asarray(com_frames)
+        self.masses = jnp.asarray(masses)
+        self.inertias = jnp.asarray(inertias)
+        self.gravity = jnp.asarray(gravity)
+        n = len(self.kinds)
+        if self.com_frames.shape != (n, 4, 4) or self.masses.shape != (n,) or self.inertias.shape != (n, 3, 3):
+            raise ValueError(
+                f"SerialChain with {n} joints needs com_frames (n, 4, 4), masses (n,) and inertias "
+                f"(n, 3, 3); got {self.com_frames.shape}, {self.masses.shape}, {self.inertias.shape}."
+            )
+
+    def link_poses(self, q: Float[Array, " n"]) -> Float[Array, "n 4 4"]:
+        """Each link's centre-of-mass frame `gᵢ(q)`."""
+        poses, g = [], jnp.eye(4)
+        for i, kind in enumerate(self.kinds):
+            g = g @ _exp(kind, self.twists[i], q[i])
+            poses.append(g @ self.com_frames[i])
+        return jnp.stack(poses)
+
+    def transform(self, q: Float[Array, " n"], tool_at_zero: Float[ArrayLike, "4 4"]) -> Float[Array, "4 4"]:
+        """`e^{ξ̂₁q₁}⋯e^{ξ̂ₙqₙ} g(0)` for a tool frame `g(0)` (seed 001 eq. 38)."""
+        g = jnp.eye(4)
+        for i, kind in enumerate(self.kinds):
+            g = g @ _exp(kind, self.twists[i], q[i])
+        return g @ jnp.asarray(tool_at_zero)
+
+    def mass_matrix(self, t, q):
+        poses = self.link_poses(q)
+        dposes = jax.jacfwd(self.link_poses)(q)  # (n_links, 4, 4, n)
+        Jv = dposes[:, :3, 3, :]
+        R = poses[:, :3, :3]
+        # spatial angular velocity: ω̂ = Ṙ Rᵀ
+        Jw = jax.vmap(jax.vmap(_vee, in_axes=-1, out_axes=-1))(jnp.einsum("iabk,icb->iack", dposes[:, :3, :3, :], R))
+        inertia_world = R @ self.inertias @ jnp.swapaxes(R, -1, -2)
+        return jnp.einsum("i,iak,ial->kl", self.masses, Jv, Jv) + jnp.einsum("iak,iab,ibl->kl", Jw, inertia_world, Jw)
+
+    def forces(self, t, q, qd):
+        def kinetic(q):
+            return 0.5 * qd @ self.mass_matrix(t, q) @ qd
+
+        def potential(q):
+            return -jnp.sum(self.masses * (self.link_poses(q)[:, :3, 3] @ self.gravity))
+
+        _, M_rate = jax.jvp(lambda q: self.mass_matrix(t, q), (q,), (qd,))
+        return jax.grad(kinetic)(q) - M_rate @ qd - jax.grad(potential)(q)
