@@ -6,50 +6,8 @@ import numpy as np
 import pytest
 
 import ukjax
+from benchmarks.references import seed001_A_b, seed001_baumgarte_b
 from ukjax.models import ScaraArm, ScaraTrajectory
-
-L1, L2, W = 0.2, 0.25, 0.4 * np.pi
-
-
-def seed001_A_b(t, q, qd):
-    """Seed 001 eq. 49 as printed."""
-    s1, c1, s12, c12 = np.sin(q[0]), np.cos(q[0]), np.sin(q[0] + q[1]), np.cos(q[0] + q[1])
-    A = np.array(
-        [[-L1 * c1 - L2 * c12, -L2 * c12, 0, 0], [-L1 * s1 - L2 * s12, -L2 * s12, 0, 0], [1, 1, 1, 0], [0, 0, 0, 1]]
-    )
-    b = np.array(
-        [
-            -qd[0] ** 2 * L1 * s1 - (qd[0] + qd[1]) ** 2 * L2 * s12 - 0.05 * W**2 * np.sin(W * t),
-            qd[0] ** 2 * L1 * c1 + (qd[0] + qd[1]) ** 2 * L2 * c12 - 0.05 * W**2 * np.cos(W * t),
-            0,
-            0,
-        ]
-    )
-    return A, b
-
-
-def seed001_baumgarte(t, q, qd, alpha, beta):
-    """Seed 001 eq. 54 as printed: the stabilized b."""
-    s1, c1, s12, c12 = np.sin(q[0]), np.cos(q[0]), np.sin(q[0] + q[1]), np.cos(q[0] + q[1])
-    _, b = seed001_A_b(t, q, qd)
-    phid = np.array(
-        [
-            -qd[0] * L1 * c1 - (qd[0] + qd[1]) * L2 * c12 - 0.05 * W * np.cos(W * t),
-            -qd[0] * L1 * s1 - (qd[0] + qd[1]) * L2 * s12 + 0.05 * W * np.sin(W * t),
-            qd[0] + qd[1] + qd[2],
-            qd[3] - 0.02,
-        ]
-    )
-    phi = np.array(
-        [
-            -L1 * s1 - L2 * s12 - 0.05 * np.sin(W * t),
-            L1 * c1 + L2 * c12 - 0.35 - 0.05 * np.cos(W * t),
-            q[0] + q[1] + q[2],
-            q[3] - 0.02 * t,
-        ]
-    )
-    return b - alpha * phid - beta * phi
-
 
 @pytest.mark.parametrize("seed", range(3))
 def test_holonomic_reduction_matches_seed001_eq49_and_eq54(seed):
@@ -63,7 +21,7 @@ def test_holonomic_reduction_matches_seed001_eq49_and_eq54(seed):
     alpha, beta = rng.uniform(0, 5, 4), rng.uniform(0, 300, 4)
     csys = ukjax.ConstrainedSystem(ScaraArm(), ScaraTrajectory(ScaraArm()), ukjax.Baumgarte(alpha, beta))
     stabilized = csys.rows(t, jnp.asarray(q), jnp.asarray(qd)).b
-    np.testing.assert_allclose(stabilized, seed001_baumgarte(t, q, qd, alpha, beta), atol=1e-11)
+    np.testing.assert_allclose(stabilized, seed001_baumgarte_b(t, q, qd, alpha, beta), atol=1e-11)
 
 
 def test_nonholonomic_reduction_knife_edge():

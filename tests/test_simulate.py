@@ -10,7 +10,6 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import ukjax
-from ukjax.models import scara
 
 G = 9.81
 TOL = dict(rtol=1e-11, atol=1e-11)
@@ -192,17 +191,6 @@ def test_no_recompilation_on_second_call():
     out = ukjax.simulate(csys, jnp.array([0.8, -0.6]), jnp.array([0.3, 0.4]), 0.0, 1.0)
     assert len(traces) == count and count > 0
     assert out.success
-
-
-def test_scara_seed001_z_error_and_baumgarte():
-    model = scara()
-    ts = jnp.linspace(0, 20, 21)
-    free = ukjax.simulate(ukjax.ConstrainedSystem(model.system, model.constraints), model.q0, model.qd0, 0.0, 20.0, ts=ts, **TOL)
-    np.testing.assert_allclose(free.phi[:, 3], -0.0005 * ts, atol=1e-9)  # z error 0.0005 t (0.01 m at 20 s)
-    stab = ukjax.ConstrainedSystem(model.system, model.constraints, ukjax.Baumgarte(0.5, 200.0))
-    damped = ukjax.simulate(stab, model.q0, model.qd0, 0.0, 20.0, ts=ts, **TOL)
-    assert abs(damped.phi[-1, 3]) < 1e-5 * abs(free.phi[-1, 3])
-    assert jnp.linalg.norm(damped.phi[-1]) < 1e-2 * jnp.linalg.norm(free.phi[-1])
 
 
 def test_float32_warns():

@@ -1,6 +1,8 @@
 """Model builders and the seeds' mechanisms."""
 
 from ._mechanisms import (
+    PARALLEL_2DOF_LINKS as PARALLEL_2DOF_LINKS,
+    PARALLEL_2DOF_Q0 as PARALLEL_2DOF_Q0,
     ObjectTrajectory as ObjectTrajectory,
     SpringLength as SpringLength,
     TwoMassSpring as TwoMassSpring,

@@ -109,10 +109,10 @@ def parallel_2dof() -> Model:
     by 3.5e-5 m: the default `q0` is the printed one projected onto the constraints (a change
     of at most 7e-5 in any coordinate); the bases sit where the printed `q0` puts them.
     """
-    chains = {
-        name: PlanarChain(*(jnp.array(column) for column in zip(*links)), gravity=(0.0, 0.0), floating_base=True)
-        for name, links in PARALLEL_2DOF_LINKS.items()
-    }
+    chains = {}
+    for name, links in PARALLEL_2DOF_LINKS.items():
+        lengths, com, masses, inertias = (jnp.array(column) for column in zip(*links))
+        chains[name] = PlanarChain(lengths, masses, com, inertias, gravity=(0.0, 0.0), floating_base=True)
     system = ComposedSystem(chains)
     bases = tuple(PointConstraint(system, JointPoint(0, name), system.part(PARALLEL_2DOF_Q0, name)[2:]) for name in chains)
     tips = tuple(PointConstraint(system, JointPoint(2, "chain1"), JointPoint(2, name)) for name in ("chain2", "chain3"))

@@ -1,0 +1,132 @@
+"""Independent references, shared by the tests and `reproduce_seeds.py`: the closed forms the
+seeds print, transcribed as printed, and the same mechanisms built in Pinocchio."""
+
+import numpy as np
+import pinocchio as pin
+
+SCARA_W = 0.4 * np.pi
+
+
+def seed001_A_b(t, q, qd, l1=0.2, l2=0.25):
+    """Seed 001 eq. 49: the SCARA trajectory constraint in second-order form."""
+    s1, c1, s12, c12 = np.sin(q[0]), np.cos(q[0]), np.sin(q[0] + q[1]), np.cos(q[0] + q[1])
+    A = np.array([[-l1 * c1 - l2 * c12, -l2 * c12, 0, 0], [-l1 * s1 - l2 * s12, -l2 * s12, 0, 0], [1, 1, 1, 0], [0, 0, 0, 1]])
+    b = np.array(
+        [
+            -qd[0] ** 2 * l1 * s1 - (qd[0] + qd[1]) ** 2 * l2 * s12 - 0.05 * SCARA_W**2 * np.sin(SCARA_W * t),
+            qd[0] ** 2 * l1 * c1 + (qd[0] + qd[1]) ** 2 * l2 * c12 - 0.05 * SCARA_W**2 * np.cos(SCARA_W * t),
+            0,
+            0,
+        ]
+    )
+    return A, b
+
+
+def seed001_baumgarte_b(t, q, qd, alpha, beta, l1=0.2, l2=0.25):
+    """Seed 001 eq. 54: the Baumgarte-stabilized right-hand side."""
+    s1, c1, s12, c12 = np.sin(q[0]), np.cos(q[0]), np.sin(q[0] + q[1]), np.cos(q[0] + q[1])
+    w = SCARA_W
+    phid = np.array(
+        [
+            -qd[0] * l1 * c1 - (qd[0] + qd[1]) * l2 * c12 - 0.05 * w * np.cos(w * t),
+            -qd[0] * l1 * s1 - (qd[0] + qd[1]) * l2 * s12 + 0.05 * w * np.sin(w * t),
+            qd[0] + qd[1] + qd[2],
+            qd[3] - 0.02,
+        ]
+    )
+    phi = np.array(
+        [
+            -l1 * s1 - l2 * s12 - 0.05 * np.sin(w * t),
+            l1 * c1 + l2 * c12 - 0.35 - 0.05 * np.cos(w * t),
+            q[0] + q[1] + q[2],
+            q[3] - 0.02 * t,
+        ]
+    )
+    return seed001_A_b(t, q, qd, l1, l2)[1] - alpha * phid - beta * phi
+
+
+def seed002_appendix(m, l, I, g, th, thd):
+    """Seed 002 appendix A2–A4: `M`, `C q̇` and `G` of the 5-link chain in absolute angles."""
+    n = len(m)
+    tail = [m[i + 1 :].sum() for i in range(n)]
+    coef = np.array([[(m[max(i, j)] / 2 + tail[max(i, j)]) * l[i] * l[j] for j in range(n)] for i in range(n)])
+    d = th[:, None] - th[None, :]
+    M = coef * np.cos(d)
+    M[np.diag_indices(n)] = [(m[i] / 4 + tail[i]) * l[i] ** 2 + I[i] for i in range(n)]
+    C = coef * np.sin(d) * thd[None, :]
+    C[np.diag_indices(n)] = 0.0
+    G = np.array([(m[i] / 2 + tail[i]) * g * l[i] * np.cos(th[i]) for i in range(n)])
+    return M, C @ thd, G
+
+
+def seed000_eq14(link_a, link_b, q, qd):
+    """Seed 000 eq. 14: `M_i` and `C_i q̇` of one subsystem, `q_i = (qa, qb, xa, ya)`."""
+    (L, ra, ma, Ia), (_, rb, mb, Ib) = link_a, link_b
+    qa, qb = q[0], q[1]
+    qad, qbd = qd[0], qd[1]
+    s, c, sab, cab = np.sin(qa), np.cos(qa), np.sin(qa + qb), np.cos(qa + qb)
+    k = ma * ra + mb * L
+    M = np.array(
+        [
+            [Ia + Ib + ma * ra**2 + mb * (L**2 + rb**2 + 2 * L * rb * np.cos(qb)), Ib + mb * (rb**2 + L * rb * np.cos(qb)), -(k * s + mb * rb * sab), k * c + mb * rb * cab],
+            [Ib + mb * (rb**2 + L * rb * np.cos(qb)), Ib + mb * rb**2, -mb * rb * sab, mb * rb * cab],
+            [-(k * s + mb * rb * sab), -mb * rb * sab, ma + mb, 0.0],
+            [k * c + mb * rb * cab, mb * rb * cab, 0.0, ma + mb],
+        ]
+    )
+    C = np.zeros((4, 4))
+    C[0, 0] = -mb * L * rb * qbd * np.sin(qb)
+    C[0, 1] = -mb * L * rb * (qad + qbd) * np.sin(qb)
+    C[1, 0] = mb * L * rb * qad * np.sin(qb)
+    C[2, 0] = -qad * (k * c + mb * rb * cab)
+    C[2, 1] = -mb * rb * (2 * qad + qbd) * cab
+    C[3, 0] = -qad * (k * s + mb * rb * sab)
+    C[3, 1] = -mb * rb * (2 * qad + qbd) * sab
+    return M, C @ np.asarray(qd)
+
+
+def _finish(model):
+    data = model.createData()
+
+    def dynamics(q, qd):
+        """Pinocchio's `M` (CRBA) and `C q̇ + G` (RNEA at zero acceleration)."""
+        M = pin.crba(model, data, np.asarray(q, dtype=float))
+        M = np.triu(M) + np.triu(M, 1).T
+        return M, pin.rnea(model, data, np.asarray(q, dtype=float), np.asarray(qd, dtype=float), np.zeros(model.nv))
+
+    return dynamics
+
+
+def pinocchio_planar(chain):
+    """`dynamics(q, qd)` of a `PlanarChain` built in Pinocchio: revolute-z joints (relative
+    angles) after two prismatic joints for a floating base (Pinocchio's order: x, y, angles)."""
+    model = pin.Model()
+    parent = 0
+    if chain.floating_base:
+        parent = model.addJoint(parent, pin.JointModelPX(), pin.SE3.Identity(), "x")
+        parent = model.addJoint(parent, pin.JointModelPY(), pin.SE3.Identity(), "y")
+        offset = np.zeros(3)
+    else:
+        offset = np.array([*np.asarray(chain.base), 0.0])
+    lengths, com = np.asarray(chain.lengths), np.asarray(chain.com)
+    for i in range(chain.num_links):
+        placement = pin.SE3(np.eye(3), offset if i == 0 else np.array([lengths[i - 1], 0.0, 0.0]))
+        parent = model.addJoint(parent, pin.JointModelRZ(), placement, f"joint{i}")
+        inertia = pin.Inertia(float(chain.masses[i]), np.array([*com[i], 0.0]), np.diag([1e-3, 1e-3, float(chain.inertias[i])]))
+        model.appendBodyToJoint(parent, inertia, pin.SE3.Identity())
+    model.gravity.linear = np.array([*np.asarray(chain.gravity), 0.0])
+    return _finish(model)
+
+
+def pinocchio_scara(arm):
+    """`dynamics(q, qd)` of the SCARA arm (seed 001) built in Pinocchio."""
+    model = pin.Model()
+    parent = 0
+    placements = [(0.0, 0.0, 0.0), (0.0, float(arm.l1), 0.0), (0.0, float(arm.l2), 0.0), (0.0, 0.0, 0.0)]
+    centres = [(0.0, float(arm.r1), 0.0), (0.0, float(arm.r2), 0.0), (0.0, 0.0, 0.0), (0.0, 0.0, float(arm.l0))]
+    for i, joint in enumerate([pin.JointModelRZ(), pin.JointModelRZ(), pin.JointModelRZ(), pin.JointModelPZ()]):
+        parent = model.addJoint(parent, joint, pin.SE3(np.eye(3), np.array(placements[i])), f"j{i}")
+        inertia = pin.Inertia(float(arm.m[i]), np.array(centres[i]), np.diag([1e-3, 1e-3, float(arm.Iz[i])]))
+        model.appendBodyToJoint(parent, inertia, pin.SE3.Identity())
+    model.gravity.linear = np.array([0.0, 0.0, -float(arm.g)])
+    return _finish(model)
