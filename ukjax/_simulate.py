@@ -33,7 +33,8 @@ _MESSAGES = {
     Status.NONFINITE_STATE: "The state became non-finite (NaN/inf): check the initial "
     "conditions and that the mass matrix stays symmetric positive definite.",
     Status.INCONSISTENT_CONSTRAINTS: "The constraints became inconsistent (A A⁺ b ≠ b) at a "
-    "saved time: no acceleration satisfies all of them; check for contradictory constraints.",
+    "saved time, or servo constraints asked for what the inputs cannot produce: check for "
+    "contradictory constraints, and that the actuation reaches every servo constraint.",
 }
 
 
@@ -45,7 +46,8 @@ class Solution(eqx.Module):
     - `ts`: saved times, shape (k,).
     - `q`, `qd`: coordinates and velocities, shape (k, n).
     - `phi`, `phid`: constraint violation at position and velocity level, shape (k, p), for a
-      `ConstrainedSystem` (see its `violation`); `None` otherwise.
+      `ConstrainedSystem` (see its `violation`) or the servo tracking error of a closed loop;
+      `None` for a system without constraints.
     - `status`: a [`ukjax.Status`][] code (integer array; one per member of a batch).
     - `stats`: diffrax's statistics (number of steps and so on).
     """
@@ -92,8 +94,8 @@ def _status(system, result, q0, qd0, ts, q, qd) -> Int[Array, ""]:
     start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
     finite = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd))
     status = jnp.where(finite, Status.SUCCESS, Status.NONFINITE_STATE)
-    if isinstance(system, ConstrainedSystem):
-        inconsistency = jax.vmap(lambda t, q, qd: system.solve(t, q, qd).inconsistency)(ts, q, qd)
+    if hasattr(system, "inconsistency"):
+        inconsistency = jax.vmap(system.inconsistency)(ts, q, qd)
         consistent = jnp.all(inconsistency <= _tol(q))
         status = jnp.where((status == Status.SUCCESS) & ~consistent, Status.INCONSISTENT_CONSTRAINTS, status)
     status = jnp.where(
@@ -200,7 +202,7 @@ def simulate(
     )
     q, qd = sol.ys
     status = _status(system, sol.result, q0, qd0, ts, q, qd)
-    if isinstance(system, ConstrainedSystem):
+    if hasattr(system, "violation"):
         phi, phid = jax.vmap(system.violation)(ts, q, qd)
     else:
         phi = phid = None

@@ -189,6 +189,10 @@ class ConstrainedSystem(AbstractSystem):
         """The constraint force `Qᶜ` (ideal plus non-ideal), shape (n,)."""
         return self.solve(t, q, qd).constraint_force
 
+    def inconsistency(self, t: Time, q: Coordinates, qd: Coordinates) -> Float[Array, ""]:
+        """`‖A q̈ − b‖` relative to its terms: zero unless the constraints are inconsistent."""
+        return self.solve(t, q, qd).inconsistency
+
     def project(
         self, t: Time, q: Coordinates, qd: Coordinates, *, iterations: int = 8
     ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:

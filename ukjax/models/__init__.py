@@ -4,6 +4,7 @@ from ._mechanisms import (
     PARALLEL_2DOF_LINKS as PARALLEL_2DOF_LINKS,
     PARALLEL_2DOF_Q0 as PARALLEL_2DOF_Q0,
     ObjectTrajectory as ObjectTrajectory,
+    PointTrajectory as PointTrajectory,
     SpringLength as SpringLength,
     TwoMassSpring as TwoMassSpring,
     coordinated_robots as coordinated_robots,

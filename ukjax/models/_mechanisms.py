@@ -1,9 +1,10 @@
 """The seeds' mechanisms built from the general builders."""
 
 import jax.numpy as jnp
+from jaxtyping import Array, Float
 
 from .._constraints import AbstractHolonomic
-from .._systems import AbstractUnconstrainedSystem, ComposedSystem, ConstrainedSystem
+from .._systems import AbstractSystem, AbstractUnconstrainedSystem, ComposedSystem, ConstrainedSystem
 from ._planar import PlanarChain
 from ._points import JointPoint, PointConstraint
 from ._scara import Model
@@ -96,6 +97,19 @@ PARALLEL_2DOF_LINKS = {
 }
 
 
+class PointTrajectory(AbstractHolonomic):
+    """A point follows `centre + (amplitude cos t, 0)` (seed 000 eq. 26: a horizontal
+    back-and-forth line)."""
+
+    system: AbstractSystem
+    point: JointPoint
+    centre: Float[Array, " 2"]
+    amplitude: float
+
+    def residual(self, t, q):
+        return self.point(self.system, q) - self.centre - jnp.stack([self.amplitude * jnp.cos(t), 0.0 * t])
+
+
 # Seed 000 §4.1, as printed.
 PARALLEL_2DOF_Q0 = jnp.array([1.3015, -2.1752, 0.0, 0.25, 2.9105, -1.4593, 0.43, 0.0, 2.981, 1.8776, 0.4269, 0.5005])
 
@@ -104,7 +118,8 @@ def parallel_2dof() -> Model:
     """Seeds 000 and 003: the planar 2-DOF redundantly actuated parallel robot, cut into three
     2-link chains with floating bases, `q = [qa_i, qb_i, xa_i, ya_i]` for i = 1..3 (12
     coordinates, no gravity: the robot lies in a horizontal plane). Constraints: each base
-    fixed (6 rows) and the three tips joined at the end effector (4 rows). Link parameters from
+    fixed (6 rows) and the three tips joined at the end effector (4 rows); servo constraint:
+    the end effector's trajectory of §4.2; actuation: the three base motors. Link parameters from
     seed 000's Table 2. Its §4.1 prints `q0` to four digits, so that the tips miss each other
     by 3.5e-5 m: the default `q0` is the printed one projected onto the constraints (a change
     of at most 7e-5 in any coordinate); the bases sit where the printed `q0` puts them.
@@ -119,4 +134,10 @@ def parallel_2dof() -> Model:
     constraints = bases + tips
     q0, qd0 = ConstrainedSystem(system, constraints).project(0.0, PARALLEL_2DOF_Q0, jnp.zeros(12))
     actuation = jnp.zeros((12, 3)).at[jnp.array([0, 4, 8]), jnp.arange(3)].set(1.0)  # motors at the bases
-    return Model(system, constraints, q0, qd0, actuation=actuation)
+    # §4.2: x_E = x_e1 + 0.01 cos t, y_E = y_e1, with (x_e1, y_e1) placed so that the start is
+    # on the trajectory (the seed leaves the reference point to be chosen from the start).
+    amplitude = 0.01
+    tip = JointPoint(2, "chain1")
+    centre = tip(system, q0) - jnp.array([amplitude, 0.0])
+    servo = (PointTrajectory(system, tip, centre, amplitude),)
+    return Model(system, constraints, q0, qd0, servo=servo, actuation=actuation)
