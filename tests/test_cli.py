@@ -14,3 +14,12 @@ def test_scara_main_job(tmp_path, capsys):
     assert abs(z_errors[1]) < 1e-2 * abs(z_errors[0])
     assert "succeeded 4/4" in text
     assert out.stat().st_size > 10_000
+
+
+def test_coordinated_control_demo(tmp_path, capsys):
+    out = tmp_path / "coordinated.png"
+    main(["coordinated", "--t1", "0.5", "--saves", "11", "--quiet", "--out", str(out)])
+    text = capsys.readouterr().out
+    errors = [float(e) for e in re.findall(r"object tracking error (\d\.\d+e[+-]\d+)", text)]
+    assert errors[0] < 1e-8 < errors[1]  # exact tracks, the seed's formula does not
+    assert out.stat().st_size > 10_000
