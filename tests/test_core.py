@@ -160,3 +160,11 @@ def test_bad_input():
         ukjax.udwadia_kalaba(M, Q, np.vstack([A, A[0]]), np.append(b, b[0] + 1.0))
     with pytest.raises(Exception, match="method='svd'"):
         ukjax.udwadia_kalaba(M, Q, np.vstack([A, A[0]]), np.append(b, b[0]), method="cholesky")
+
+
+def test_import_leaves_x64_alone():
+    import subprocess
+    import sys
+
+    code = "import jax, ukjax, ukjax.models; assert not jax.config.jax_enable_x64"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

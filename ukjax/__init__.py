@@ -12,7 +12,7 @@ from ._constraints import (
     Nonholonomic as Nonholonomic,
 )
 from ._control import ClosedLoop as ClosedLoop, ServoControl as ServoControl, ServoSolution as ServoSolution
-from ._core import constraint_force as constraint_force, udwadia_kalaba as udwadia_kalaba
+from ._core import UKSolution as UKSolution, constraint_force as constraint_force, udwadia_kalaba as udwadia_kalaba
 from ._simulate import Solution as Solution, Status as Status, simulate as simulate, stiff_solver as stiff_solver
 from ._systems import (
     AbstractSystem as AbstractSystem,

@@ -9,7 +9,7 @@ import jax.scipy.linalg as jsl
 from jaxtyping import Array, ArrayLike, Float
 
 from ._constraints import AbstractConstraint, Baumgarte, stack_rows
-from ._core import _tol
+from ._core import sqrt_eps
 from ._systems import AbstractSystem, ConstrainedSystem
 
 
@@ -127,7 +127,7 @@ class ServoControl(eqx.Module):
         """Whether the inputs can realise the servo constraints at `(t, q, q̇)` (rank test of
         seed 002 eq. 33, to a relative tolerance of √ε)."""
         sol = self.solve(t, q, qd)
-        return sol.unachievable <= _tol(sol.unachievable)
+        return sol.unachievable <= sqrt_eps(sol.unachievable)
 
     def violation(self, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> tuple[Array, Array]:
         """Tracking error of the servo constraints `(phi, phid)`, as `ConstrainedSystem.violation`."""

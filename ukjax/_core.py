@@ -20,7 +20,7 @@ METHODS = ("svd", "cholesky")
 
 
 class UKSolution(NamedTuple):
-    """Everything one U-K solve produces; internal."""
+    """Everything one U-K solve produces (`ConstrainedSystem.solve`)."""
 
     acceleration: Float[Array, " n"]
     constraint_force: Float[Array, " n"]
@@ -87,12 +87,13 @@ def uk_solve(
     residual = B @ z_ideal - e
     scale = jnp.linalg.norm(e) + jnp.linalg.norm(B) * jnp.linalg.norm(z_ideal)
     inconsistency = jnp.linalg.norm(residual) / jnp.where(scale > 0, scale, 1)
-    symmetric = jnp.max(jnp.abs(M - M.T), initial=0) <= _tol(M) * jnp.max(jnp.abs(M), initial=0)
+    symmetric = jnp.max(jnp.abs(M - M.T), initial=0) <= sqrt_eps(M) * jnp.max(jnp.abs(M), initial=0)
     mass_ok = symmetric & jnp.all(jnp.isfinite(L))
     return UKSolution(qdd, L @ z, inconsistency, mass_ok)
 
 
-def _tol(x) -> float:
+def sqrt_eps(x) -> float:
+    """√ε of `x`'s dtype: the relative tolerance of the consistency checks."""
     return float(jnp.finfo(jnp.result_type(x)).eps) ** 0.5
 
 
@@ -116,7 +117,7 @@ def _checked_solve(M, Q, A, b, c, method) -> UKSolution:
     )
     return eqx.error_if(
         sol,
-        sol.inconsistency > _tol(sol.inconsistency),
+        sol.inconsistency > sqrt_eps(sol.inconsistency),
         "The constraints are inconsistent (A A⁺ b ≠ b): no acceleration satisfies A q̈ = b. "
         "Check for contradictory constraint rows.",
     )

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float, Int, Real
 
-from ._core import _tol
+from ._core import sqrt_eps
 from ._systems import AbstractSystem, ConstrainedSystem, check_dynamics_shapes
 
 
@@ -96,7 +96,7 @@ def _status(system, result, q0, qd0, ts, q, qd) -> Int[Array, ""]:
     status = jnp.where(finite, Status.SUCCESS, Status.NONFINITE_STATE)
     if hasattr(system, "inconsistency"):
         inconsistency = jax.vmap(system.inconsistency)(ts, q, qd)
-        consistent = jnp.all(inconsistency <= _tol(q))
+        consistent = jnp.all(inconsistency <= sqrt_eps(q))
         status = jnp.where((status == Status.SUCCESS) & ~consistent, Status.INCONSISTENT_CONSTRAINTS, status)
     status = jnp.where(
         result == diffrax.RESULTS.successful,

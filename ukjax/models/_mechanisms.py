@@ -1,6 +1,7 @@
 """The seeds' mechanisms built from the general builders."""
 
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from .._constraints import AbstractHolonomic
@@ -110,8 +111,8 @@ class PointTrajectory(AbstractHolonomic):
         return self.point(self.system, q) - self.centre - jnp.stack([self.amplitude * jnp.cos(t), 0.0 * t])
 
 
-# Seed 000 §4.1, as printed.
-PARALLEL_2DOF_Q0 = jnp.array([1.3015, -2.1752, 0.0, 0.25, 2.9105, -1.4593, 0.43, 0.0, 2.981, 1.8776, 0.4269, 0.5005])
+# Seed 000 §4.1, as printed (NumPy, so that it keeps float64 whatever JAX's mode at import).
+PARALLEL_2DOF_Q0 = np.array([1.3015, -2.1752, 0.0, 0.25, 2.9105, -1.4593, 0.43, 0.0, 2.981, 1.8776, 0.4269, 0.5005])
 
 
 def parallel_2dof() -> Model:
@@ -129,10 +130,10 @@ def parallel_2dof() -> Model:
         lengths, com, masses, inertias = (jnp.array(column) for column in zip(*links))
         chains[name] = PlanarChain(lengths, masses, com, inertias, gravity=(0.0, 0.0), floating_base=True)
     system = ComposedSystem(chains)
-    bases = tuple(PointConstraint(system, JointPoint(0, name), system.part(PARALLEL_2DOF_Q0, name)[2:]) for name in chains)
+    bases = tuple(PointConstraint(system, JointPoint(0, name), jnp.asarray(system.part(PARALLEL_2DOF_Q0, name)[2:])) for name in chains)
     tips = tuple(PointConstraint(system, JointPoint(2, "chain1"), JointPoint(2, name)) for name in ("chain2", "chain3"))
     constraints = bases + tips
-    q0, qd0 = ConstrainedSystem(system, constraints).project(0.0, PARALLEL_2DOF_Q0, jnp.zeros(12))
+    q0, qd0 = ConstrainedSystem(system, constraints).project(0.0, jnp.asarray(PARALLEL_2DOF_Q0), jnp.zeros(12))
     actuation = jnp.zeros((12, 3)).at[jnp.array([0, 4, 8]), jnp.arange(3)].set(1.0)  # motors at the bases
     # §4.2: x_E = x_e1 + 0.01 cos t, y_E = y_e1, with (x_e1, y_e1) placed so that the start is
     # on the trajectory (the seed leaves the reference point to be chosen from the start).
