@@ -144,6 +144,20 @@ def test_batch_keeps_good_members_and_marks_bad_ones():
         ukjax.simulate(csys, q0s[1], qd0s[1], 0.0, 1.0)
 
 
+def test_batch_over_parameters():
+    """vmap over a mass inside the system: each member equals its own run."""
+    masses = jnp.array([0.5, 1.0, 2.0])
+
+    def final_state(m):
+        csys = pendulum(m=m, stabilization=ukjax.Baumgarte(2.0, 25.0), push=0.7)
+        return ukjax.simulate(csys, jnp.array([0.6, -0.8]), jnp.zeros(2), 0.0, 1.0, **TOL).q[-1]
+
+    batch = jax.jit(jax.vmap(final_state))(masses)
+    for k, m in enumerate(masses):
+        np.testing.assert_allclose(batch[k], final_state(m), rtol=1e-10, atol=1e-12)
+    assert jnp.linalg.norm(batch[0] - batch[2]) > 1e-2  # the push acts differently on each mass
+
+
 def test_failure_statuses():
     csys = pendulum()
     out = ukjax.simulate(csys, jnp.array([0.6, -0.8]), jnp.zeros(2), 0.0, 5.0, max_steps=4, throw=False)
