@@ -68,7 +68,7 @@ axes[0, 1].set(title="§4.2: end-effector x (fig. 5)", xlabel="t [s]", ylabel="m
 for j, name in enumerate(("A1", "A2", "A3")):
     axes[1, 0].plot(tracking.ts, active[:, j], label=f"τ {name} (active)")
 axes[1, 0].set(title="active-joint torques, passive joints unactuated", xlabel="t [s]", ylabel="N·m")
-for j, (index, name) in enumerate([(0, "A1"), (1, "B1"), (4, "A2"), (5, "B2"), (8, "A3"), (9, "B3")]):
+for index, name in [(0, "A1"), (1, "B1"), (4, "A2"), (5, "B2"), (8, "A3"), (9, "B3")]:
     axes[1, 1].plot(tracking.ts, full[:, index], label=name)
 axes[1, 1].set(title="full U-K force of the trajectory (seed 003 figs. 14–16)", xlabel="t [s]", ylabel="N·m")
 for ax in axes.flat:

@@ -87,6 +87,17 @@ def test_scara_chain_forces_match_pinocchio():
         np.testing.assert_allclose(-arm.forces(0.0, jnp.asarray(q), jnp.asarray(qd)), bias, atol=1e-12)
 
 
+def test_scara_chain_forward_kinematics_is_seed001_eq39():
+    arm = models.ScaraArm()
+    chain = models.scara_chain(arm)
+    tool_at_zero = jnp.eye(4).at[:3, 3].set(jnp.stack([0.0, arm.l1 + arm.l2, arm.l0]))  # eq. 32
+    for q in RNG.normal(size=(3, 4)):
+        g = chain.transform(jnp.asarray(q), tool_at_zero)
+        np.testing.assert_allclose(g[:3, 3], arm.end_effector(jnp.asarray(q)), atol=1e-14)
+        c, s = np.cos(q[:3].sum()), np.sin(q[:3].sum())
+        np.testing.assert_allclose(g[:3, :3], [[c, -s, 0], [s, c, 0], [0, 0, 1]], atol=1e-14)
+
+
 def test_composed_system_and_projection():
     a, b = random_chain(2, floating_base=True), random_chain(3)
     system = ukjax.ComposedSystem({"a": a, "b": b})

@@ -2,7 +2,6 @@
 solutions (knife edge on an incline, Baumgarte error dynamics, viscous sliding), finite
 differences for gradients, and seed 001's SCARA result."""
 
-import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np

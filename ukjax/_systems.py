@@ -1,4 +1,5 @@
-"""Mechanical systems `M(t, q) q̈ = Q(t, q, q̇)`: explicit, Lagrangian, and constrained."""
+"""Mechanical systems `M(t, q) q̈ = Q(t, q, q̇)`: explicit, Lagrangian, forced, composed and
+constrained."""
 
 import abc
 from collections.abc import Callable, Sequence
