@@ -4,12 +4,13 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jaxtyping import Array, ArrayLike, Float
 
 from ._constraints import AbstractConstraint, Baumgarte, stack_rows
-from ._core import sqrt_eps
+from ._core import sqrt_eps, uk_solve
 from ._systems import AbstractSystem, ConstrainedSystem
 
 
@@ -27,12 +28,12 @@ class ServoSolution(NamedTuple):
 def _input_map(M, A_passive, F):
     """`P F` with `P = M⁻¹ − M⁻¹A_pᵀ(A_p M⁻¹ A_pᵀ)⁺A_p M⁻¹`: the acceleration that forces `F`
     produce on the passively constrained system; `P = M⁻¹` without passive constraints."""
-    L = jnp.linalg.cholesky(M)
-    Y = jsl.solve_triangular(L, F, lower=True)
-    if A_passive is not None:
-        B = jsl.solve_triangular(L, A_passive.T, lower=True).T
-        Y = Y - jnp.linalg.pinv(B) @ (B @ Y)
-    return jsl.solve_triangular(L.T, Y, lower=False)
+    if A_passive is None:
+        return jsl.cho_solve((jnp.linalg.cholesky(M), True), F)
+    # P f is the U-K acceleration under the force f alone with b = 0; M and A_p are shared
+    # by the columns, so vmap factors them once.
+    zeros = jnp.zeros(A_passive.shape[0], F.dtype)
+    return jax.vmap(lambda f: uk_solve(M, f, A_passive, zeros, None, "svd").acceleration, in_axes=1, out_axes=1)(F)
 
 
 class ServoControl(eqx.Module):
