@@ -158,8 +158,49 @@ def test_bad_input():
         ukjax.udwadia_kalaba(M + np.triu(np.ones((4, 4)), 1), Q, A, b)
     with pytest.raises(Exception, match="inconsistent"):
         ukjax.udwadia_kalaba(M, Q, np.vstack([A, A[0]]), np.append(b, b[0] + 1.0))
+
+
+def dependent_rows(rng, n, gap):
+    """Three rows, the third `A₀ + 2A₁` plus `gap` times a unit vector, with consistent `b`."""
+    M, Q, A, b = random_problem(rng, n, 2)
+    direction = rng.normal(size=n)
+    A = np.vstack([A, A[0] + 2 * A[1] + gap * direction / np.linalg.norm(direction)])
+    return M, Q, A, np.append(b, b[0] + 2 * b[1])
+
+
+@pytest.mark.parametrize("gap", [0.0, 1e-14])
+def test_cholesky_route_refuses_dependent_rows(gap):
+    """Exactly or numerically dependent rows: the Cholesky route raises (whatever rounding
+    makes of the singular pivot), the SVD route gives the minimum-norm answer."""
+    M, Q, A, b = dependent_rows(np.random.default_rng(7), 6, gap)
     with pytest.raises(Exception, match="method='svd'"):
-        ukjax.udwadia_kalaba(M, Q, np.vstack([A, A[0]]), np.append(b, b[0]), method="cholesky")
+        ukjax.udwadia_kalaba(M, Q, A, b, method="cholesky")
+    np.testing.assert_allclose(ukjax.udwadia_kalaba(M, Q, A, b), kkt(M, Q, A[:2], b[:2])[0], rtol=1e-9, atol=1e-9)
+
+
+def test_cholesky_route_accepts_ill_conditioned_full_rank():
+    """Rows 1e-4 apart (cond(B) about 1e5): still independent, so the Cholesky route answers,
+    to the accuracy its squared condition number allows (against a 50-digit reference)."""
+    M, Q, A, b = dependent_rows(np.random.default_rng(8), 6, 1e-4)
+    mp.mp.dps = 50
+    Mi, Am = mp.inverse(mp.matrix(M.tolist())), mp.matrix(A.tolist())
+    a = Mi * mp.matrix(Q.tolist())
+    x = a + Mi * Am.T * mp.inverse(Am * Mi * Am.T) * (mp.matrix(b.tolist()) - Am * a)
+    reference = np.array([float(v) for v in x])
+    np.testing.assert_allclose(ukjax.udwadia_kalaba(M, Q, A, b, method="cholesky"), reference, atol=1e-5 * np.linalg.norm(reference))
+    np.testing.assert_allclose(ukjax.udwadia_kalaba(M, Q, A, b), reference, atol=1e-9 * np.linalg.norm(reference))
+
+
+def test_cholesky_rank_check_per_batch_member():
+    """Under vmap each member gets its own verdict: only the duplicated rows are refused."""
+
+    def rank_ok(s):
+        A = jnp.stack([jnp.array([1.0, 0.0, 0.0]), jnp.stack([1.0, s, 0.0])])
+        system = ukjax.ExplicitSystem(lambda t, q: jnp.diag(jnp.array([1.0, 2.0, 3.0])), lambda t, q, qd: -q)
+        csys = ukjax.ConstrainedSystem(system, ukjax.AccelerationConstraint(lambda t, q, qd: (A, jnp.zeros(2))), method="cholesky")
+        return csys.solve(0.0, jnp.ones(3), jnp.zeros(3)).rank_ok
+
+    np.testing.assert_array_equal(jax.vmap(rank_ok)(jnp.array([1.0, 0.0, 1e-3])), [True, False, True])
 
 
 def test_import_leaves_x64_alone():

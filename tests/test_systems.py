@@ -55,10 +55,12 @@ def test_lagrangian_time_dependent_support():
     np.testing.assert_allclose(lag.acceleration(t, jnp.array([th]), jnp.array([thd])), [expected], rtol=1e-13)
 
 
-def test_cascading_is_nested_gauss_projection():
-    """Imposing C1 and then C1 ∪ C2 on the result gives the same motion as imposing C1 ∪ C2
-    at once (nested projections in the mass metric), while imposing only C2 on top does not
-    keep C1: the outer level sees the inner one only as a force."""
+def test_constraining_again_solves_jointly_and_sequential_is_the_literal_cascade():
+    """Constraining a constrained system again solves all rows at once (= one system with
+    C1 ∪ C2, itself checked against KKT in test_core). The literal cascade of seed 000 §3
+    (`sequential=True`): imposing C1 ∪ C2 on top gives the same motion (nested projections in
+    the mass metric), while imposing only C2 on top does not keep C1, since the outer level
+    sees the inner one only as a force."""
     rng = np.random.default_rng(9)
     X = rng.normal(size=(5, 5))
     M = jnp.asarray(X @ X.T + 5 * np.eye(5))
@@ -68,18 +70,21 @@ def test_cascading_is_nested_gauss_projection():
     q, qd = jnp.asarray(rng.normal(size=5)), jnp.asarray(rng.normal(size=5))
     inner = ukjax.ConstrainedSystem(system, c1)
     direct = ukjax.ConstrainedSystem(system, [c1, c2])
-    cascaded = ukjax.ConstrainedSystem(inner, [c1, c2])
-    np.testing.assert_allclose(cascaded.acceleration(0.3, q, qd), direct.acceleration(0.3, q, qd), atol=1e-12)
-    # the cascaded total force: inner constraint force plus the outer one
-    np.testing.assert_allclose(
-        cascaded.forces(0.3, q, qd),
-        system.forces(0.3, q, qd) + direct.constraint_force(0.3, q, qd),
-        atol=1e-12,
-    )
-    only_c2 = ukjax.ConstrainedSystem(inner, c2)
+    joint = ukjax.ConstrainedSystem(inner, c2)
+    for name in ("acceleration", "constraint_force"):
+        np.testing.assert_allclose(getattr(joint, name)(0.3, q, qd), getattr(direct, name)(0.3, q, qd), atol=1e-12)
+    for got, want in zip(joint.violation(0.3, q, qd), direct.violation(0.3, q, qd)):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(joint.forces(0.3, q, qd), system.forces(0.3, q, qd))  # applied forces only
+
+    nested = ukjax.ConstrainedSystem(inner, [c1, c2], sequential=True)
+    np.testing.assert_allclose(nested.acceleration(0.3, q, qd), direct.acceleration(0.3, q, qd), atol=1e-12)
+    np.testing.assert_allclose(nested.constraint_force(0.3, q, qd), direct.constraint_force(0.3, q, qd), atol=1e-12)
+    only_c2 = ukjax.ConstrainedSystem(inner, c2, sequential=True)
     rows1 = inner.rows(0.3, q, qd)
     residual = rows1.A @ only_c2.acceleration(0.3, q, qd) - rows1.b
     assert jnp.linalg.norm(residual) > 1e-3
+    assert only_c2.violation(0.3, q, qd)[0].shape == (3,)  # both levels reported
 
 
 def test_system_type_errors():

@@ -19,6 +19,8 @@ from ._systems import (
     AbstractUnconstrainedSystem as AbstractUnconstrainedSystem,
     ComposedSystem as ComposedSystem,
     ConstrainedSystem as ConstrainedSystem,
+    ConstraintLevel as ConstraintLevel,
+    Dynamics as Dynamics,
     ExplicitSystem as ExplicitSystem,
     Forced as Forced,
     LagrangianSystem as LagrangianSystem,

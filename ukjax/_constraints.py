@@ -9,6 +9,12 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Real
 
 
+def as_inexact(x: ArrayLike) -> Array:
+    """`x` as a floating-point array, so that `jax.grad` reaches it (integers are promoted)."""
+    x = jnp.asarray(x)
+    return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.result_type(float))
+
+
 class ConstraintRows(eqx.Module):
     """The rows one constraint contributes: `A q̈ = b`, with the position-level residual `phi`
     and the velocity-level residual `phid` of each row (zero where a row has none)."""
@@ -152,8 +158,8 @@ class Baumgarte(eqx.Module):
     - `beta`: stiffness gain, a scalar or one per constraint row.
     """
 
-    alpha: Float[Array, "*p"] = eqx.field(converter=jnp.asarray)
-    beta: Float[Array, "*p"] = eqx.field(converter=jnp.asarray)
+    alpha: Float[Array, "*p"] = eqx.field(converter=as_inexact)
+    beta: Float[Array, "*p"] = eqx.field(converter=as_inexact)
 
     def apply(self, rows: ConstraintRows) -> Float[Array, " p"]:
         """The stabilized right-hand side `b − α Φ̇ − β Φ`."""

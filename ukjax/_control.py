@@ -6,12 +6,11 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 from jaxtyping import Array, ArrayLike, Float
 
 from ._constraints import AbstractConstraint, Baumgarte, stack_rows
-from ._core import sqrt_eps, uk_solve
-from ._systems import AbstractSystem, ConstrainedSystem
+from ._core import UKSolution, sqrt_eps
+from ._systems import AbstractSystem, ConstrainedSystem, ConstraintLevel, Dynamics, solve_dynamics
 
 
 class ServoSolution(NamedTuple):
@@ -23,17 +22,19 @@ class ServoSolution(NamedTuple):
     # The part of `b − A a` that no input can produce, relative to its size: zero when the
     # servo constraints are achievable (seed 002, Assumption 3 / eq. 33).
     unachievable: Float[Array, ""]
+    # The solve of the system without inputs (its passive constraints, their diagnostics).
+    passive: UKSolution
 
 
-def _input_map(M, A_passive, F):
-    """`P F` with `P = M⁻¹ − M⁻¹A_pᵀ(A_p M⁻¹ A_pᵀ)⁺A_p M⁻¹`: the acceleration that forces `F`
-    produce on the passively constrained system; `P = M⁻¹` without passive constraints."""
-    if A_passive is None:
-        return jsl.cho_solve((jnp.linalg.cholesky(M), True), F)
-    # P f is the U-K acceleration under the force f alone with b = 0; M and A_p are shared
-    # by the columns, so vmap factors them once.
-    zeros = jnp.zeros(A_passive.shape[0], F.dtype)
-    return jax.vmap(lambda f: uk_solve(M, f, A_passive, zeros, None, "svd").acceleration, in_axes=1, out_axes=1)(F)
+def _input_map(d: Dynamics, F: Float[Array, "n m"]) -> Float[Array, "n m"]:
+    """`P F`: the accelerations that the columns of `F` produce as forces on the system with
+    its constraints (homogeneous: `b = 0`, no non-ideal term); `P = M⁻¹` without them."""
+    levels = tuple(
+        ConstraintLevel(eqx.tree_at(lambda r: r.b, level.rows, jnp.zeros_like(level.rows.b)), None, level.method)
+        for level in d.levels
+    )
+    # M and the rows are shared by the columns, so vmap factors them once.
+    return jax.vmap(lambda f: solve_dynamics(Dynamics(d.M, f, levels)).acceleration, in_axes=1, out_axes=1)(F)
 
 
 class ServoControl(eqx.Module):
@@ -101,14 +102,11 @@ class ServoControl(eqx.Module):
                 "it must be (n, m) with one column per input."
             )
         servo = ConstrainedSystem(self.system, self.servo_constraints, self.stabilization).rows(t, q, qd)
-        if isinstance(self.system, ConstrainedSystem):
-            M = self.system.system.mass_matrix(t, q)
-            A_passive = self.system.rows(t, q, qd).A
-        else:
-            M, A_passive = self.system.mass_matrix(t, q), None
-        a = self.system.acceleration(t, q, qd)
-        PB = _input_map(M, A_passive, self.actuation)
-        G = servo.A @ (PB if self.exact else _input_map(M, None, self.actuation))
+        d = self.system.dynamics(t, q, qd)
+        passive = solve_dynamics(d)
+        a = passive.acceleration
+        PB = _input_map(d, self.actuation)
+        G = servo.A @ (PB if self.exact else _input_map(d._replace(levels=()), self.actuation))
         r = servo.b - servo.A @ a
         G_pinv = jnp.linalg.pinv(G)
         u = G_pinv @ r
@@ -118,7 +116,7 @@ class ServoControl(eqx.Module):
         residual = G @ (G_pinv @ r) - r
         scale = jnp.linalg.norm(r) + jnp.linalg.norm(G) * jnp.linalg.norm(u)
         unachievable = jnp.linalg.norm(residual) / jnp.where(scale > 0, scale, 1)
-        return ServoSolution(u, a + PB @ u, unachievable)
+        return ServoSolution(u, a + PB @ u, unachievable, passive)
 
     def __call__(self, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, " m"]:
         """The inputs `u(t, q, q̇)`, shape (m,)."""
@@ -141,9 +139,10 @@ class ServoControl(eqx.Module):
 
 
 class ClosedLoop(AbstractSystem):
-    """A system under servo control: `M q̈ = Q + Qᶜ + B_u u(t, q, q̇)`, passive constraints
+    """A system under servo control: `M q̈ = Q + B_u u(t, q, q̇) + Qᶜ`, passive constraints
     (if any) included. Its `violation` is the servo tracking error, and `simulate` reports
-    servo constraints that the inputs cannot realise as `INCONSISTENT_CONSTRAINTS`."""
+    servo constraints that the inputs cannot realise as `INCONSISTENT_CONSTRAINTS`. Wrapped or
+    composed, it is a system whose applied forces include the control law's."""
 
     control: ServoControl
 
@@ -151,19 +150,25 @@ class ClosedLoop(AbstractSystem):
         return self.control.system.mass_matrix(t, q)
 
     def forces(self, t, q, qd):
-        return self.mass_matrix(t, q) @ self.acceleration(t, q, qd)
+        return self.control.system.forces(t, q, qd) + self.control.actuation @ self.control(t, q, qd)
 
-    def acceleration(self, t, q, qd):
-        return self.control.solve(t, q, qd).acceleration
+    def dynamics(self, t, q, qd):
+        d = self.control.system.dynamics(t, q, qd)
+        return d._replace(Q=d.Q + self.control.actuation @ self.control(t, q, qd))
+
+    def solve(self, t, q, qd):
+        # The controller has already solved the passive constraints and the input map:
+        # `a + P B_u u` is the closed loop's acceleration without a second solve.
+        servo = self.control.solve(t, q, qd)
+        passive = servo.passive
+        M = self.mass_matrix(t, q)
+        induced = M @ (servo.acceleration - passive.acceleration) - self.control.actuation @ servo.u
+        return passive._replace(
+            acceleration=servo.acceleration,
+            constraint_force=passive.constraint_force + induced,
+            inconsistency=jnp.maximum(passive.inconsistency, servo.unachievable),
+        )
 
     def violation(self, t, q, qd):
         """Tracking error of the servo constraints `(phi, phid)`."""
         return self.control.violation(t, q, qd)
-
-    def inconsistency(self, t, q, qd) -> Array:
-        """How far the servo constraints are from achievable, or the passive constraints from
-        consistent (0 when both are)."""
-        unachievable = self.control.solve(t, q, qd).unachievable
-        if isinstance(self.control.system, ConstrainedSystem):
-            return jnp.maximum(unachievable, self.control.system.inconsistency(t, q, qd))
-        return unachievable

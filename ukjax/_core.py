@@ -28,6 +28,8 @@ class UKSolution(NamedTuple):
     inconsistency: Float[Array, ""]
     # False where `M` is not symmetric positive definite.
     mass_ok: Bool[Array, ""]
+    # False where `method="cholesky"` met linearly dependent rows (always True for "svd").
+    rank_ok: Bool[Array, ""]
 
 
 def check_method(method: str) -> None:
@@ -53,6 +55,31 @@ def check_shapes(M, Q, A, b, c=None) -> None:
         raise ValueError(f"c (non-ideal force) must have shape ({n},) to match Q, got {jnp.shape(c)}.")
 
 
+def rank_tolerance(p: int, dtype) -> float:
+    """Smallest admissible squared pivot of the row-normalised Gram matrix `B̂ B̂ᵀ`.
+
+    Each pivot is the sine of the angle between a row of `B` and the span of the rows before
+    it. Rounding leaves a squared pivot of a dependent row at a few `p ε` (or makes it negative,
+    NaN after the square root), so `100 p ε` separates dependent rows from independent ones
+    whatever the machine; rows independent but closer than about `10 √(p ε)` radians are
+    refused too, where the squared-condition Cholesky route has lost most of its digits.
+    """
+    return 100 * p * float(jnp.finfo(dtype).eps)
+
+
+def mass_check(M: Float[Array, "n n"], L: Float[Array, "n n"]) -> Bool[Array, ""]:
+    """True where `M` is symmetric (to √ε) and its Cholesky factor `L` is finite."""
+    symmetric = jnp.max(jnp.abs(M - M.T), initial=0) <= sqrt_eps(M) * jnp.max(jnp.abs(M), initial=0)
+    return symmetric & jnp.all(jnp.isfinite(L))
+
+
+def free_solve(M: Float[Array, "n n"], Q: Float[Array, " n"]) -> UKSolution:
+    """`q̈ = M⁻¹Q` for a system without constraints, with the same diagnostics as `uk_solve`."""
+    L = jnp.linalg.cholesky(M)
+    true = jnp.array(True)
+    return UKSolution(jsl.cho_solve((L, True), Q), jnp.zeros_like(Q), jnp.zeros((), Q.dtype), mass_check(M, L), true)
+
+
 def uk_solve(
     M: Float[Array, "n n"],
     Q: Float[Array, " n"],
@@ -68,15 +95,21 @@ def uk_solve(
     e = b - A @ a
     if method == "svd":
         B_pinv = jnp.linalg.pinv(B)
+        rank_ok = jnp.array(True)
 
         def pinv_apply(r):
             return B_pinv @ r
     else:
         # (B Bᵀ)⁻¹ exists only for full row rank; its condition number is that of B squared.
-        G = jnp.linalg.cholesky(B @ B.T)
+        # Normalising the rows first makes the pivots angles, so that rank deficiency is
+        # decided by a tolerance rather than by whether rounding leaves a pivot positive.
+        gram = B @ B.T
+        norms = jnp.sqrt(jnp.diag(gram))
+        G = jnp.linalg.cholesky(gram / norms[:, None] / norms[None, :])
+        rank_ok = jnp.all(jnp.diag(G) ** 2 > rank_tolerance(A.shape[0], G.dtype))
 
         def pinv_apply(r):
-            return B.T @ jsl.cho_solve((G, True), r)
+            return B.T @ (jsl.cho_solve((G, True), r / norms) / norms)
 
     z_ideal = pinv_apply(e)
     z = z_ideal
@@ -87,9 +120,7 @@ def uk_solve(
     residual = B @ z_ideal - e
     scale = jnp.linalg.norm(e) + jnp.linalg.norm(B) * jnp.linalg.norm(z_ideal)
     inconsistency = jnp.linalg.norm(residual) / jnp.where(scale > 0, scale, 1)
-    symmetric = jnp.max(jnp.abs(M - M.T), initial=0) <= sqrt_eps(M) * jnp.max(jnp.abs(M), initial=0)
-    mass_ok = symmetric & jnp.all(jnp.isfinite(L))
-    return UKSolution(qdd, L @ z, inconsistency, mass_ok)
+    return UKSolution(qdd, L @ z, inconsistency, mass_check(M, L), rank_ok)
 
 
 def sqrt_eps(x) -> float:
@@ -98,8 +129,14 @@ def sqrt_eps(x) -> float:
 
 
 def _checked_solve(M, Q, A, b, c, method) -> UKSolution:
-    M, Q, A, b = (jnp.asarray(x) for x in (M, Q, A, b))
-    c = None if c is None else jnp.asarray(c)
+    arrays = [jnp.asarray(x) for x in (M, Q, A, b) + (() if c is None else (c,))]
+    for name, x in zip(("M", "Q", "A", "b", "c"), arrays):
+        if not jnp.issubdtype(x.dtype, jnp.number) or jnp.issubdtype(x.dtype, jnp.complexfloating):
+            raise TypeError(f"{name} must be a real array, got dtype {x.dtype}.")
+    # Integer input (jnp.eye(2, dtype=int), [[1, 0]]) is promoted like NumPy would.
+    dtype = jnp.result_type(*arrays, float)
+    M, Q, A, b, *rest = (x.astype(dtype) for x in arrays)
+    c = rest[0] if rest else None
     check_shapes(M, Q, A, b, c)
     check_method(method)
     sol = uk_solve(M, Q, A, b, c, method)
@@ -111,9 +148,14 @@ def _checked_solve(M, Q, A, b, c, method) -> UKSolution:
     )
     sol = eqx.error_if(
         sol,
+        ~sol.rank_ok,
+        "method='cholesky' needs linearly independent constraint rows, and these are dependent "
+        "(redundant constraints) or nearly so: use method='svd', which handles any rank.",
+    )
+    sol = eqx.error_if(
+        sol,
         ~jnp.all(jnp.isfinite(sol.acceleration)),
-        "The U-K solve produced non-finite values: check M, Q, A, b for NaN/inf; with "
-        "method='cholesky', A M⁻¹ Aᵀ is singular (redundant constraints): use method='svd'.",
+        "The U-K solve produced non-finite values: check M, Q, A, b for NaN/inf.",
     )
     return eqx.error_if(
         sol,
@@ -144,12 +186,12 @@ def udwadia_kalaba(
     - `A`, `b`: constraints in second-order form `A q̈ = b`; `A` may be rank deficient.
     - `c`: optional non-ideal constraint force specification (seed 002 eq. 12).
     - `method`: `"svd"` (Moore–Penrose inverse, any rank) or `"cholesky"` (Cholesky of
-      `A M⁻¹ Aᵀ`; faster, only for full-row-rank and well-conditioned `A`).
+      `A M⁻¹ Aᵀ`; faster, only for linearly independent rows: dependent rows raise).
 
     **Returns:**
 
     The acceleration `q̈`, shape `(n,)`. Raises at run time if `M` is not symmetric positive
-    definite or the constraints are inconsistent.
+    definite, the constraints are inconsistent, or `method="cholesky"` meets dependent rows.
     """
     return _checked_solve(M, Q, A, b, c, method).acceleration
 

@@ -11,7 +11,7 @@ import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float, Int, Real
 
 from ._core import sqrt_eps
-from ._systems import AbstractSystem, ConstrainedSystem, check_dynamics_shapes
+from ._systems import AbstractSystem
 
 
 class Status(enum.IntEnum):
@@ -22,6 +22,8 @@ class Status(enum.IntEnum):
     SOLVER_FAILED = 2
     NONFINITE_STATE = 3
     INCONSISTENT_CONSTRAINTS = 4
+    SINGULAR_MASS_MATRIX = 5
+    REDUNDANT_CONSTRAINTS = 6
 
 
 _MESSAGES = {
@@ -30,12 +32,23 @@ _MESSAGES = {
     "rtol/atol, or use ukjax.stiff_solver() if large Baumgarte gains made the problem stiff.",
     Status.SOLVER_FAILED: "The solver failed (step size underflow or a failed implicit solve); "
     "check the model for singular configurations.",
-    Status.NONFINITE_STATE: "The state became non-finite (NaN/inf): check the initial "
-    "conditions and that the mass matrix stays symmetric positive definite.",
-    Status.INCONSISTENT_CONSTRAINTS: "The constraints became inconsistent (A A⁺ b ≠ b) at a "
-    "saved time, or servo constraints asked for what the inputs cannot produce: check for "
+    Status.NONFINITE_STATE: "The state or the acceleration became non-finite (NaN/inf): check the "
+    "initial conditions and the model's functions for NaN.",
+    Status.INCONSISTENT_CONSTRAINTS: "The constraints were inconsistent (A A⁺ b ≠ b) during the "
+    "run, or servo constraints asked for what the inputs cannot produce: check for "
     "contradictory constraints, and that the actuation reaches every servo constraint.",
+    Status.SINGULAR_MASS_MATRIX: "The mass matrix stopped being symmetric positive definite "
+    "during the run (the solve stopped there): check the model's inertias and that its "
+    "configuration stays valid.",
+    Status.REDUNDANT_CONSTRAINTS: "method='cholesky' met linearly dependent (redundant) "
+    "constraint rows during the run (the solve stopped there): use method='svd', which handles "
+    "any rank.",
 }
+
+# Components of the health record integrated beside the state: each integrates an indicator,
+# so it is non-zero once an accepted step met the fault at any stage, not only at saved times.
+_MASS, _RANK, _NONFINITE, _INCONSISTENT = range(4)
+_FATAL = 3  # the first three stop the solve: no acceleration exists there
 
 
 class Solution(eqx.Module):
@@ -83,52 +96,40 @@ def stiff_solver(rtol: float = 1e-8, atol: float = 1e-8) -> diffrax.AbstractSolv
 
 
 def _vector_field(t, y, system):
-    q, qd = y
+    q, qd, _ = y
+    sol = system.solve(t, q, qd)
     # Results follow the state's dtype even where the model's parameters are wider.
-    return qd, system.acceleration(t, q, qd).astype(qd.dtype)
+    qdd = sol.acceleration.astype(qd.dtype)
+    nonfinite = ~(jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)))
+    faults = jnp.stack([~sol.mass_ok, ~sol.rank_ok, nonfinite, sol.inconsistency > sqrt_eps(qd)])
+    # A finite stand-in where no acceleration exists: the step controller then shrinks the
+    # step onto the fault (the indicator jumps there) and the event stops the solve, instead
+    # of rejecting NaN steps until max_steps.
+    qdd = jnp.where(jnp.any(faults[:_FATAL]), 0, qdd)
+    return qd, qdd, faults.astype(qd.dtype)
 
 
-def _status(system, result, q0, qd0, ts, q, qd) -> Int[Array, ""]:
+def _fatal(t, y, args, **kwargs):
+    return jnp.any(y[2][:_FATAL] != 0)
+
+
+def _status(result, start_finite, health, q, qd) -> Int[Array, ""]:
     # diffrax fills the saves after a failure with inf, so the trajectory's finiteness only
     # tells something when the solve succeeded.
-    start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
     finite = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd))
-    status = jnp.where(finite, Status.SUCCESS, Status.NONFINITE_STATE)
-    if hasattr(system, "inconsistency"):
-        inconsistency = jax.vmap(system.inconsistency)(ts, q, qd)
-        consistent = jnp.all(inconsistency <= sqrt_eps(q))
-        status = jnp.where((status == Status.SUCCESS) & ~consistent, Status.INCONSISTENT_CONSTRAINTS, status)
+    met = health != 0
+    status = jnp.where(met[_INCONSISTENT], Status.INCONSISTENT_CONSTRAINTS, Status.SUCCESS)
+    status = jnp.where(finite, status, Status.NONFINITE_STATE)
     status = jnp.where(
-        result == diffrax.RESULTS.successful,
+        (result == diffrax.RESULTS.successful) | (result == diffrax.RESULTS.event_occurred),
         status,
         jnp.where(result == diffrax.RESULTS.max_steps_reached, Status.MAX_STEPS_REACHED, Status.SOLVER_FAILED),
     )
+    for index, code in ((_NONFINITE, Status.NONFINITE_STATE), (_RANK, Status.REDUNDANT_CONSTRAINTS), (_MASS, Status.SINGULAR_MASS_MATRIX)):
+        status = jnp.where(met[index], code, status)
     return jnp.where(start_finite, status, Status.NONFINITE_STATE).astype(jnp.int32)
 
 
-def _check_inputs(system, q0, qd0, t0):
-    if not isinstance(system, AbstractSystem):
-        raise TypeError(f"system must be a ukjax system, got {type(system).__name__}.")
-    if q0.ndim != 1 or q0.shape != qd0.shape:
-        raise ValueError(
-            f"q0 and qd0 must both have shape (n,); got {q0.shape} and {qd0.shape}. "
-            "For a batch, use jax.vmap over simulate."
-        )
-    if not jnp.issubdtype(q0.dtype, jnp.floating):
-        raise TypeError(f"q0 must be a floating-point array, got dtype {q0.dtype}.")
-    if q0.dtype == jnp.float32:
-        warnings.warn(
-            "ukjax.simulate is running in float32; constraint drift and gradients are far less "
-            "accurate than in float64. Enable it with jax.config.update('jax_enable_x64', True).",
-            stacklevel=3,
-        )
-    if not isinstance(system, ConstrainedSystem):
-        M = jax.eval_shape(system.mass_matrix, t0, q0)
-        Q = jax.eval_shape(system.forces, t0, q0, qd0)
-        check_dynamics_shapes(M, Q, q0)
-
-
-@eqx.filter_jit
 def simulate(
     system: AbstractSystem,
     q0: Float[ArrayLike, " n"],
@@ -147,11 +148,15 @@ def simulate(
     throw: bool = True,
     progress_meter: diffrax.AbstractProgressMeter | None = None,
 ) -> Solution:
-    """Integrate `M q̈ = Q (+ Qᶜ)` from `(q0, qd0)` at `t0` to `t1`.
+    """Integrate `M q̈ = Q + Qᶜ` from `(q0, qd0)` at `t0` to `t1`.
 
-    Compiled once per shape and system structure; `jax.vmap` it for batches (with
-    `throw=False`, so that failed members are marked in `status` and the others kept) and
-    `jax.grad` through it.
+    Compiled once per shape and system structure (numbers, lists and arrays alike are
+    converted to arrays first, so new values never recompile); `jax.vmap` it for batches
+    (with `throw=False`, so that failed members are marked in `status` and the others kept)
+    and `jax.grad` through it. Faults are detected at every step, not only at the saved
+    times: a mass matrix that stops being positive definite, dependent rows under
+    `method="cholesky"` and a non-finite acceleration stop the solve where they occur;
+    inconsistent constraints are reported at the end.
 
     **Arguments:**
 
@@ -164,7 +169,8 @@ def simulate(
     - `dt0`: initial step (required for fixed steps).
     - `adaptive`: `False` for fixed steps of size `dt0`.
     - `max_steps`: the most steps the solver may take.
-    - `adjoint`: a diffrax adjoint for reverse-mode gradients (default: checkpointed backprop).
+    - `adjoint`: a diffrax adjoint for gradients (default: checkpointed reverse mode;
+      `diffrax.ForwardMode()` for forward-mode Jacobians).
     - `throw`: raise on failure; pass `False` under `vmap` and read `status`.
     - `progress_meter`: e.g. `diffrax.TqdmProgressMeter()`.
 
@@ -172,40 +178,72 @@ def simulate(
 
     A [`ukjax.Solution`][].
     """
+    if not isinstance(system, AbstractSystem):
+        raise TypeError(f"system must be a ukjax system, got {type(system).__name__}.")
     q0 = jnp.asarray(q0)
+    if not jnp.issubdtype(q0.dtype, jnp.floating):
+        raise TypeError(f"q0 must be a floating-point array, got dtype {q0.dtype}.")
     qd0 = jnp.asarray(qd0, dtype=q0.dtype)
-    _check_inputs(system, q0, qd0, t0)
-    ts = jnp.stack([jnp.asarray(t0), jnp.asarray(t1)]) if ts is None else jnp.asarray(ts)
-    ts = ts.astype(q0.dtype)
+    if q0.ndim != 1 or q0.shape != qd0.shape:
+        raise ValueError(
+            f"q0 and qd0 must both have shape (n,); got {q0.shape} and {qd0.shape}. "
+            "For a batch, use jax.vmap over simulate."
+        )
+    if q0.dtype == jnp.float32:
+        warnings.warn(
+            "ukjax.simulate is running in float32; constraint drift and gradients are far less "
+            "accurate than in float64. Enable it with jax.config.update('jax_enable_x64', True).",
+            stacklevel=2,
+        )
+    t0, t1 = jnp.asarray(t0, q0.dtype), jnp.asarray(t1, q0.dtype)
+    ts = jnp.stack([t0, t1]) if ts is None else jnp.asarray(ts, q0.dtype)
     if ts.ndim != 1:
         raise ValueError(f"ts must be a vector of save times, got shape {ts.shape}.")
-    if adaptive:
-        controller = diffrax.PIDController(rtol=rtol, atol=atol)
-    elif dt0 is None:
+    if not adaptive and dt0 is None:
         raise ValueError("Fixed-step integration (adaptive=False) needs a step size dt0.")
-    else:
-        controller = diffrax.ConstantStepSize()
+    return _simulate(
+        system,
+        q0,
+        qd0,
+        t0,
+        t1,
+        ts,
+        diffrax.Tsit5() if solver is None else solver,
+        jnp.asarray(rtol, q0.dtype),
+        jnp.asarray(atol, q0.dtype),
+        None if dt0 is None else jnp.asarray(dt0, q0.dtype),
+        adaptive,
+        max_steps,
+        diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
+        throw,
+        diffrax.NoProgressMeter() if progress_meter is None else progress_meter,
+    )
+
+
+@eqx.filter_jit
+def _simulate(system, q0, qd0, t0, t1, ts, solver, rtol, atol, dt0, adaptive, max_steps, adjoint, throw, progress_meter):
+    controller = diffrax.PIDController(rtol=rtol, atol=atol) if adaptive else diffrax.ConstantStepSize()
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(_vector_field),
-        diffrax.Tsit5() if solver is None else solver,
+        solver,
         t0,
         t1,
         dt0,
-        (q0, qd0),
+        (q0, qd0, jnp.zeros(4, q0.dtype)),
         args=system,
-        saveat=diffrax.SaveAt(ts=ts),
+        saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)]),
         stepsize_controller=controller,
         max_steps=max_steps,
-        adjoint=diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
+        adjoint=adjoint,
+        event=diffrax.Event(_fatal),
         throw=False,
-        progress_meter=diffrax.NoProgressMeter() if progress_meter is None else progress_meter,
+        progress_meter=progress_meter,
     )
-    q, qd = sol.ys
-    status = _status(system, sol.result, q0, qd0, ts, q, qd)
-    if hasattr(system, "violation"):
-        phi, phid = jax.vmap(system.violation)(ts, q, qd)
-    else:
-        phi = phid = None
+    (q, qd, _), (_, _, health) = sol.ys
+    start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
+    status = _status(sol.result, start_finite, health[-1], q, qd)
+    violation = jax.vmap(system.violation)(ts, q, qd)
+    phi, phid = (None, None) if violation is None else violation
     solution = Solution(ts, q, qd, phi, phid, status, sol.stats)
     if throw:
         solution = eqx.branched_error_if(

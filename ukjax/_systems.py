@@ -2,7 +2,9 @@
 constrained."""
 
 import abc
+import functools
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -11,14 +13,67 @@ import jax.scipy.linalg as jsl
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from ._constraints import AbstractConstraint, Baumgarte, ConstraintRows, stack_rows
-from ._core import Method, UKSolution, check_method, check_shapes, uk_solve
+from ._core import Method, UKSolution, check_method, check_shapes, free_solve, uk_solve
 
 Time = Real[ArrayLike, ""]
 Coordinates = Float[Array, " n"]
 
 
+class ConstraintLevel(NamedTuple):
+    """Constraint rows solved together in one U-K solve.
+
+    **Attributes:**
+
+    - `rows`: the stacked rows, `b` already stabilized.
+    - `nonideal`: the non-ideal constraint force specification `c` (n,), or None.
+    - `method`: the pseudo-inverse route of this solve.
+    """
+
+    rows: ConstraintRows
+    nonideal: Float[Array, " n"] | None
+    method: Method
+
+
+class Dynamics(NamedTuple):
+    """A system's equations of motion at one state, each term evaluated once.
+
+    **Attributes:**
+
+    - `M`: the mass matrix (n, n).
+    - `Q`: the applied generalized forces (n,): everything except constraint forces.
+    - `levels`: the constraints, one [`ukjax.ConstraintLevel`][] per U-K solve. All constraints
+      of a system tree form one level; a sequential cascade adds one level per
+      `ConstrainedSystem(..., sequential=True)`, each solved under the forces of the ones
+      before it (seed 000 §3 taken literally).
+    """
+
+    M: Float[Array, "n n"]
+    Q: Float[Array, " n"]
+    levels: tuple[ConstraintLevel, ...]
+
+
+def solve_dynamics(d: Dynamics) -> UKSolution:
+    """The acceleration from `Dynamics`, level by level, with the diagnostics of every solve."""
+    if not d.levels:
+        return free_solve(d.M, d.Q)
+    Q, sols = d.Q, []
+    for level in d.levels:
+        check_shapes(d.M, Q, level.rows.A, level.rows.b, level.nonideal)
+        sol = uk_solve(d.M, Q, level.rows.A, level.rows.b, level.nonideal, level.method)
+        Q = Q + sol.constraint_force
+        sols.append(sol)
+    return UKSolution(
+        sols[-1].acceleration,
+        Q - d.Q,
+        functools.reduce(jnp.maximum, [sol.inconsistency for sol in sols]),
+        functools.reduce(jnp.logical_and, [sol.mass_ok for sol in sols]),
+        functools.reduce(jnp.logical_and, [sol.rank_ok for sol in sols]),
+    )
+
+
 class AbstractSystem(eqx.Module):
-    """A mechanical system `M(t, q) q̈ = Q(t, q, q̇)`."""
+    """A mechanical system `M(t, q) q̈ = Q(t, q, q̇) + Qᶜ`, where `Qᶜ` is the force of the
+    constraints anywhere in the system (none for an unconstrained one)."""
 
     @abc.abstractmethod
     def mass_matrix(self, t: Time, q: Coordinates) -> Float[Array, "n n"]:
@@ -26,11 +81,61 @@ class AbstractSystem(eqx.Module):
 
     @abc.abstractmethod
     def forces(self, t: Time, q: Coordinates, qd: Coordinates) -> Float[Array, " n"]:
-        """The generalized forces `Q(t, q, q̇)` (Coriolis, gravity, applied), shape (n,)."""
+        """The applied generalized forces `Q(t, q, q̇)` (Coriolis, gravity, actuators):
+        everything except constraint forces, shape (n,)."""
 
-    @abc.abstractmethod
+    def dynamics(self, t: Time, q: Coordinates, qd: Coordinates) -> Dynamics:
+        """`M`, `Q` and every constraint of the system tree at `(t, q, q̇)`, each evaluated
+        once. Wrappers build theirs from their parts' so that constraints are never lost.
+
+        **Returns:**
+
+        A [`ukjax.Dynamics`][].
+        """
+        M, Q = self.mass_matrix(t, q), self.forces(t, q, qd)
+        check_dynamics_shapes(M, Q, q)
+        return Dynamics(M, Q, ())
+
+    def solve(self, t: Time, q: Coordinates, qd: Coordinates) -> UKSolution:
+        """The U-K solve at `(t, q, q̇)` with its diagnostics (no runtime checks).
+
+        **Returns:**
+
+        A [`ukjax.UKSolution`][].
+        """
+        return solve_dynamics(self.dynamics(t, q, qd))
+
     def acceleration(self, t: Time, q: Coordinates, qd: Coordinates) -> Float[Array, " n"]:
-        """The acceleration `q̈` the system's equations give at `(t, q, q̇)`, shape (n,)."""
+        """The acceleration `q̈` at `(t, q, q̇)`, every constraint included, shape (n,)."""
+        return self.solve(t, q, qd).acceleration
+
+    def constraint_force(self, t: Time, q: Coordinates, qd: Coordinates) -> Float[Array, " n"]:
+        """The total constraint force `Qᶜ = M q̈ − Q` (ideal plus non-ideal), shape (n,)."""
+        return self.solve(t, q, qd).constraint_force
+
+    def inconsistency(self, t: Time, q: Coordinates, qd: Coordinates) -> Float[Array, ""]:
+        """`‖A q̈ − b‖` relative to its terms: zero unless the constraints are inconsistent."""
+        return self.solve(t, q, qd).inconsistency
+
+    def violation(
+        self, t: Time, q: Coordinates, qd: Coordinates
+    ) -> tuple[Float[Array, " p"], Float[Array, " p"]] | None:
+        """How far `(q, q̇)` is from satisfying every constraint of the system tree.
+
+        **Returns:**
+
+        `(phi, phid)`, each shape (p,) over all rows (inner systems' rows first):
+        `phi` the position-level residual (holonomic rows; zero for others) and `phid` the
+        velocity-level residual (`φ̇` for holonomic rows, `ψ` for first-order rows; zero for
+        acceleration-level rows). None for a system without constraints.
+        """
+        levels = self.dynamics(t, q, qd).levels
+        if not levels:
+            return None
+        return (
+            jnp.concatenate([level.rows.phi for level in levels]),
+            jnp.concatenate([level.rows.phid for level in levels]),
+        )
 
 
 def check_dynamics_shapes(M, Q, q) -> None:
@@ -44,12 +149,8 @@ def check_dynamics_shapes(M, Q, q) -> None:
 
 
 class AbstractUnconstrainedSystem(AbstractSystem):
-    """A system whose acceleration is `M⁻¹ Q`: subclass it with `mass_matrix` and `forces`
-    to write a model with its parameters as fields (pytree leaves that `jax.grad` reaches)."""
-
-    def acceleration(self, t, q, qd):
-        M = self.mass_matrix(t, q)
-        return jsl.cho_solve((jnp.linalg.cholesky(M), True), self.forces(t, q, qd))
+    """A model without constraints of its own: subclass it with `mass_matrix` and `forces`,
+    parameters as fields (floating-point arrays, so that `jax.grad` reaches them)."""
 
 
 class ExplicitSystem(AbstractUnconstrainedSystem):
@@ -93,8 +194,11 @@ class LagrangianSystem(AbstractUnconstrainedSystem):
         return L
 
     def mass_matrix(self, t, q):
-        # T is quadratic in q̇, so its Hessian does not depend on where it is taken.
-        return jax.hessian(self.kinetic_energy, argnums=2)(t, q, jnp.zeros_like(q))
+        # T is quadratic in q̇, so its Hessian is the same at every q̇. It is taken at one
+        # with distinct, non-zero entries, where every usual way of writing T is smooth
+        # (‖q̇‖ is not differentiable at q̇ = 0, nor ‖q̇ᵢ − q̇ⱼ‖ where q̇ᵢ = q̇ⱼ).
+        qd = jnp.sqrt(jnp.arange(2, q.shape[0] + 2, dtype=q.dtype))
+        return jax.hessian(self.kinetic_energy, argnums=2)(t, q, qd)
 
     def forces(self, t, q, qd):
         t = jnp.asarray(t, dtype=q.dtype)
@@ -108,19 +212,35 @@ class LagrangianSystem(AbstractUnconstrainedSystem):
         return Q
 
 
+def _merge(levels: Sequence[ConstraintLevel], method: Method) -> ConstraintLevel:
+    """Several levels as one: rows stacked, non-ideal terms added."""
+    rows = jax.tree.map(lambda *xs: jnp.concatenate(xs), *(level.rows for level in levels))
+    nonideal = [level.nonideal for level in levels if level.nonideal is not None]
+    return ConstraintLevel(rows, functools.reduce(jnp.add, nonideal) if nonideal else None, method)
+
+
 class ConstrainedSystem(AbstractSystem):
     """A system under constraints, moving by the Udwadia–Kalaba equation.
 
-    It is itself a system (`M q̈ = Q + Qᶜ`), so further constraints can be imposed on it.
+    It is itself a system, so it can be forced, composed or constrained again; every
+    constraint in the tree is kept: by default the constraints of `system` and these are
+    solved jointly in one U-K solve (whose rows `sol.phi` reports together), and the
+    stabilization and non-ideal term given here apply to these rows only.
+    `sequential=True` instead imposes these constraints on `system` as seed 000 §3 writes it:
+    a second solve that takes the inner constraint force as a given applied force and so does
+    not keep the inner constraints.
 
     **Arguments:**
 
     - `system`: the unconstrained (or already constrained) system.
     - `constraints`: a constraint or a sequence of them, mixed freely.
-    - `stabilization`: optional [`ukjax.Baumgarte`][] gains over the stacked rows.
+    - `stabilization`: optional [`ukjax.Baumgarte`][] gains over these rows.
     - `nonideal`: optional `c(t, q, qd) -> (n,)`, the non-ideal constraint force specification
-      (seed 002 eq. 12–13); the force it adds does work `q̇ᵀc` on admissible motions.
-    - `method`: `"svd"` (default; any rank) or `"cholesky"` (full row rank only; faster).
+      (seed 002 eq. 12–13); the force it adds does work `q̇ᵀc` on admissible motions. In a
+      joint solve the `c` of every level is added.
+    - `method`: `"svd"` (default; any rank) or `"cholesky"` (linearly independent rows only;
+      faster). It applies to the joint solve of everything inside.
+    - `sequential`: the literal cascade of seed 000 §3 instead of the joint solve.
     """
 
     system: AbstractSystem
@@ -128,6 +248,7 @@ class ConstrainedSystem(AbstractSystem):
     stabilization: Baumgarte | None
     nonideal: Callable | None
     method: Method = eqx.field(static=True)
+    sequential: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -137,6 +258,7 @@ class ConstrainedSystem(AbstractSystem):
         *,
         nonideal: Callable | None = None,
         method: Method = "svd",
+        sequential: bool = False,
     ):
         if not isinstance(system, AbstractSystem):
             raise TypeError(f"system must be a ukjax system, got {type(system).__name__}.")
@@ -159,47 +281,40 @@ class ConstrainedSystem(AbstractSystem):
         self.stabilization = stabilization
         self.nonideal = nonideal
         self.method = method
+        self.sequential = sequential
+
+    @property
+    def num_coordinates(self) -> int:
+        return self.system.num_coordinates
 
     def rows(self, t: Time, q: Coordinates, qd: Coordinates) -> ConstraintRows:
-        """The stacked constraint rows, `b` already stabilized."""
+        """The stacked rows of this level's constraints (not the inner ones), `b` stabilized."""
         rows = stack_rows(self.constraints, t, q, qd)
         if self.stabilization is not None:
             rows = eqx.tree_at(lambda r: r.b, rows, self.stabilization.apply(rows))
         return rows
 
-    def solve(self, t: Time, q: Coordinates, qd: Coordinates) -> UKSolution:
-        """The U-K solve at `(t, q, q̇)`, with its diagnostics (no runtime checks)."""
-        M = self.system.mass_matrix(t, q)
-        Q = self.system.forces(t, q, qd)
-        rows = self.rows(t, q, qd)
-        c = None if self.nonideal is None else jnp.asarray(self.nonideal(t, q, qd))
-        check_dynamics_shapes(M, Q, q)
-        check_shapes(M, Q, rows.A, rows.b, c)
-        return uk_solve(M, Q, rows.A, rows.b, c, self.method)
-
     def mass_matrix(self, t, q):
         return self.system.mass_matrix(t, q)
 
     def forces(self, t, q, qd):
-        return self.system.forces(t, q, qd) + self.solve(t, q, qd).constraint_force
+        return self.system.forces(t, q, qd)
 
-    def acceleration(self, t, q, qd):
-        return self.solve(t, q, qd).acceleration
-
-    def constraint_force(self, t: Time, q: Coordinates, qd: Coordinates) -> Float[Array, " n"]:
-        """The constraint force `Qᶜ` (ideal plus non-ideal), shape (n,)."""
-        return self.solve(t, q, qd).constraint_force
-
-    def inconsistency(self, t: Time, q: Coordinates, qd: Coordinates) -> Float[Array, ""]:
-        """`‖A q̈ − b‖` relative to its terms: zero unless the constraints are inconsistent."""
-        return self.solve(t, q, qd).inconsistency
+    def dynamics(self, t, q, qd):
+        inner = self.system.dynamics(t, q, qd)
+        c = None if self.nonideal is None else jnp.asarray(self.nonideal(t, q, qd))
+        own = ConstraintLevel(self.rows(t, q, qd), c, self.method)
+        if self.sequential or not inner.levels:
+            return inner._replace(levels=inner.levels + (own,))
+        return inner._replace(levels=inner.levels[:-1] + (_merge([inner.levels[-1], own], self.method),))
 
     def project(
         self, t: Time, q: Coordinates, qd: Coordinates, *, iterations: int = 8
     ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
         """The nearest consistent state: `q` moved onto `Φ = 0` by minimum-norm Gauss–Newton
-        steps, then `q̇` onto `Φ̇ = 0` (and `ψ = 0`) by a minimum-norm correction. Use it to
-        start a simulation from printed, rounded initial conditions.
+        steps, then `q̇` onto `Φ̇ = 0` (and `ψ = 0`) by a minimum-norm correction, for every
+        constraint of the system tree. Use it to start a simulation from printed, rounded
+        initial conditions.
 
         **Arguments:**
 
@@ -212,7 +327,7 @@ class ConstrainedSystem(AbstractSystem):
         """
 
         def phi(q):
-            return stack_rows(self.constraints, t, q, jnp.zeros_like(q)).phi
+            return self.violation(t, q, jnp.zeros_like(q))[0]
 
         def newton(_, q):
             return q - jnp.linalg.pinv(jax.jacfwd(phi)(q)) @ phi(q)
@@ -220,29 +335,16 @@ class ConstrainedSystem(AbstractSystem):
         q = jax.lax.fori_loop(0, iterations, newton, q)
 
         def phid(qd):
-            return stack_rows(self.constraints, t, q, qd).phid
+            return self.violation(t, q, qd)[1]
 
         # Φ̇ and ψ are affine in q̇, so one least-squares step is exact.
         return q, qd - jnp.linalg.pinv(jax.jacfwd(phid)(qd)) @ phid(qd)
 
-    def violation(
-        self, t: Time, q: Coordinates, qd: Coordinates
-    ) -> tuple[Float[Array, " p"], Float[Array, " p"]]:
-        """How far `(q, q̇)` is from satisfying the constraints.
 
-        **Returns:**
-
-        `(phi, phid)`, each shape (p,) over the stacked rows: `phi` the position-level residual
-        (holonomic rows; zero for others) and `phid` the velocity-level residual (`φ̇` for
-        holonomic rows, `ψ` for first-order rows; zero for acceleration-level rows).
-        """
-        rows = stack_rows(self.constraints, t, q, qd)
-        return rows.phi, rows.phid
-
-
-class Forced(AbstractUnconstrainedSystem):
+class Forced(AbstractSystem):
     """A system with further applied generalized forces `F(t, q, q̇)` (actuator torques,
-    springs, a control law): `M q̈ = Q + F`. Impose constraints on the result.
+    springs, a control law): `M q̈ = Q + F (+ Qᶜ)`. The constraints of a constrained `system`
+    keep holding under `F`.
 
     **Arguments:**
 
@@ -253,16 +355,36 @@ class Forced(AbstractUnconstrainedSystem):
     system: AbstractSystem
     force: Callable
 
+    @property
+    def num_coordinates(self) -> int:
+        return self.system.num_coordinates
+
     def mass_matrix(self, t, q):
         return self.system.mass_matrix(t, q)
 
     def forces(self, t, q, qd):
         return self.system.forces(t, q, qd) + jnp.asarray(self.force(t, q, qd))
 
+    def dynamics(self, t, q, qd):
+        inner = self.system.dynamics(t, q, qd)
+        F = jnp.asarray(self.force(t, q, qd))
+        if F.shape != inner.Q.shape:
+            raise ValueError(f"Forced's force must have shape {inner.Q.shape} like q, got {F.shape}.")
+        return inner._replace(Q=inner.Q + F)
 
-class ComposedSystem(AbstractUnconstrainedSystem):
-    """Independent subsystems stacked into one: block-diagonal `M`, stacked `Q`, and named
-    coordinate slices. Connect them with constraints (seed 000 §2, seed 003).
+
+def _embed(level: ConstraintLevel, where: slice, n: int) -> ConstraintLevel:
+    """A part's level in the coordinates of the whole: its columns placed at `where`."""
+    rows = level.rows
+    A = jnp.zeros((rows.A.shape[0], n), rows.A.dtype).at[:, where].set(rows.A)
+    c = None if level.nonideal is None else jnp.zeros(n, level.nonideal.dtype).at[where].set(level.nonideal)
+    return ConstraintLevel(ConstraintRows(A, rows.b, rows.phi, rows.phid), c, level.method)
+
+
+class ComposedSystem(AbstractSystem):
+    """Subsystems stacked into one: block-diagonal `M`, stacked `Q`, named coordinate slices.
+    Connect them with constraints (seed 000 §2, seed 003). Constrained parts keep their
+    constraints: they join the whole system's U-K solve.
 
     **Arguments:**
 
@@ -271,7 +393,10 @@ class ComposedSystem(AbstractUnconstrainedSystem):
       where it has one.
     """
 
-    parts: dict[str, AbstractSystem]
+    # Names and systems in coordinate order: a dict leaf would come back from a JAX transform
+    # with its keys sorted, pairing the slices with the wrong parts.
+    names: tuple[str, ...] = eqx.field(static=True)
+    systems: tuple[AbstractSystem, ...]
     sizes: tuple[int, ...] = eqx.field(static=True)
 
     def __init__(self, parts: dict[str, AbstractSystem], sizes: dict[str, int] | None = None):
@@ -283,8 +408,14 @@ class ComposedSystem(AbstractUnconstrainedSystem):
                 if not hasattr(part, "num_coordinates"):
                     raise ValueError(f"Give the number of coordinates of part {name!r} in sizes.")
                 sizes[name] = part.num_coordinates
-        self.parts = dict(parts)
-        self.sizes = tuple(sizes[name] for name in parts)
+        self.names = tuple(parts)
+        self.systems = tuple(parts.values())
+        self.sizes = tuple(int(sizes[name]) for name in parts)
+
+    @property
+    def parts(self) -> dict[str, AbstractSystem]:
+        """The parts by name, in coordinate order."""
+        return dict(zip(self.names, self.systems))
 
     @property
     def num_coordinates(self) -> int:
@@ -292,20 +423,47 @@ class ComposedSystem(AbstractUnconstrainedSystem):
 
     def slice(self, name: str) -> slice:
         """The coordinates of part `name` within `q`."""
-        names = list(self.parts)
-        if name not in names:
-            raise KeyError(f"No part {name!r}; the parts are {names}.")
-        start = sum(self.sizes[: names.index(name)])
-        return slice(start, start + self.sizes[names.index(name)])
+        if name not in self.names:
+            raise KeyError(f"No part {name!r}; the parts are {list(self.names)}.")
+        k = self.names.index(name)
+        start = sum(self.sizes[:k])
+        return slice(start, start + self.sizes[k])
 
     def part(self, q: Float[Array, " n"], name: str) -> Float[Array, " m"]:
         """The coordinates (or velocities) of part `name`."""
         return q[self.slice(name)]
 
+    def _check(self, q) -> None:
+        if q.shape != (self.num_coordinates,):
+            raise ValueError(
+                f"The composed system has {self.num_coordinates} coordinates ({dict(zip(self.names, self.sizes))}), "
+                f"but q has shape {q.shape}."
+            )
+
     def mass_matrix(self, t, q):
+        self._check(q)
         return jsl.block_diag(*(p.mass_matrix(t, self.part(q, name)) for name, p in self.parts.items()))
 
     def forces(self, t, q, qd):
-        return jnp.concatenate(
-            [p.forces(t, self.part(q, name), self.part(qd, name)) for name, p in self.parts.items()]
-        )
+        self._check(q)
+        return jnp.concatenate([p.forces(t, self.part(q, name), self.part(qd, name)) for name, p in self.parts.items()])
+
+    def dynamics(self, t, q, qd):
+        self._check(q)
+        n = self.num_coordinates
+        parts = [(self.slice(name), p.dynamics(t, self.part(q, name), self.part(qd, name))) for name, p in self.parts.items()]
+        depth = max(len(d.levels) for _, d in parts)
+        levels = []
+        # Levels are aligned at the last one, so that every part's own joint solve lands in
+        # the last level, which a constraint on the whole joins.
+        for k in range(depth):
+            members = [
+                _embed(d.levels[k + len(d.levels) - depth], where, n)
+                for where, d in parts
+                if k + len(d.levels) >= depth
+            ]
+            # one solve over independent blocks: the robust route if any part asked for it
+            method = "svd" if any(level.method == "svd" for level in members) else "cholesky"
+            levels.append(_merge(members, method))
+        M = jsl.block_diag(*(d.M for _, d in parts))
+        return Dynamics(M, jnp.concatenate([d.Q for _, d in parts]), tuple(levels))

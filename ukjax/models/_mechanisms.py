@@ -1,10 +1,11 @@
 """The seeds' mechanisms built from the general builders."""
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._constraints import AbstractHolonomic
+from .._constraints import AbstractHolonomic, as_inexact
 from .._systems import AbstractSystem, AbstractUnconstrainedSystem, ComposedSystem, ConstrainedSystem
 from ._planar import PlanarChain
 from ._points import JointPoint, PointConstraint
@@ -14,10 +15,10 @@ from ._scara import Model
 class TwoMassSpring(AbstractUnconstrainedSystem):
     """Two masses on a line joined by a spring (seed 002 §IV, eq. 36–38), `q = (x1, x2)`."""
 
-    m1: float = 1.0
-    m2: float = 2.0
-    k: float = 10.0
-    l: float = 1.0
+    m1: Float[Array, ""] = eqx.field(converter=as_inexact, default=1.0)
+    m2: Float[Array, ""] = eqx.field(converter=as_inexact, default=2.0)
+    k: Float[Array, ""] = eqx.field(converter=as_inexact, default=10.0)
+    l: Float[Array, ""] = eqx.field(converter=as_inexact, default=1.0)
 
     def mass_matrix(self, t, q):
         return jnp.diag(jnp.stack([self.m1 + 0 * q[0], self.m2 + 0 * q[0]]))
@@ -30,7 +31,7 @@ class TwoMassSpring(AbstractUnconstrainedSystem):
 class SpringLength(AbstractHolonomic):
     """Servo constraint `x2 − x1 = length` (seed 002 eq. 44 with `length = 2l`)."""
 
-    length: float
+    length: Float[Array, ""] = eqx.field(converter=as_inexact)
 
     def residual(self, t, q):
         return q[1] - q[0] - self.length
@@ -105,7 +106,7 @@ class PointTrajectory(AbstractHolonomic):
     system: AbstractSystem
     point: JointPoint
     centre: Float[Array, " 2"]
-    amplitude: float
+    amplitude: Float[Array, ""] = eqx.field(converter=as_inexact)
 
     def residual(self, t, q):
         return self.point(self.system, q) - self.centre - jnp.stack([self.amplitude * jnp.cos(t), 0.0 * t])

@@ -4,6 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from .._constraints import as_inexact
 from .._systems import AbstractUnconstrainedSystem
 
 
@@ -58,13 +59,13 @@ class PlanarChain(AbstractUnconstrainedSystem):
         absolute: bool = False,
         floating_base: bool = False,
     ):
-        self.lengths = jnp.asarray(lengths)
-        self.masses = jnp.asarray(masses)
-        com = jnp.asarray(com)
+        self.lengths = as_inexact(lengths)
+        self.masses = as_inexact(masses)
+        com = as_inexact(com)
         self.com = jnp.stack([com, jnp.zeros_like(com)], axis=-1) if com.ndim == 1 else com
-        self.inertias = jnp.asarray(inertias)
-        self.gravity = jnp.asarray(gravity)
-        self.base = jnp.asarray(base)
+        self.inertias = as_inexact(inertias)
+        self.gravity = as_inexact(gravity)
+        self.base = as_inexact(base)
         self.absolute = absolute
         self.floating_base = floating_base
         k = self.lengths.shape

@@ -23,6 +23,11 @@ class JointPoint(eqx.Module):
             if not isinstance(system, ComposedSystem):
                 raise TypeError(f"JointPoint with part={self.part!r} needs a ComposedSystem.")
             system, q = system.parts[self.part], system.part(q, self.part)
+        # A constrained or forced chain has the joints of the chain it wraps.
+        while not hasattr(system, "joint_positions") and isinstance(getattr(system, "system", None), AbstractSystem):
+            system = system.system
+        if not hasattr(system, "joint_positions"):
+            raise TypeError(f"JointPoint needs a chain with joint_positions, got {type(system).__name__}.")
         return system.joint_positions(q)[self.joint]
 
 

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .._constraints import AbstractConstraint, AbstractHolonomic
+from .._constraints import AbstractConstraint, AbstractHolonomic, as_inexact
 from .._systems import AbstractSystem, AbstractUnconstrainedSystem
 from ._serial import SerialChain, prismatic, revolute
 
@@ -41,14 +41,14 @@ class ScaraArm(AbstractUnconstrainedSystem):
     `r1, r2`, inertias about z `Iz` (4,), gravity `g`. Defaults are seed 001's values.
     """
 
-    m: Float[Array, "4"] = eqx.field(converter=jnp.asarray, default=(20.0, 15.0, 15.0, 0.5))
-    l0: Float[Array, ""] = eqx.field(converter=jnp.asarray, default=0.0)
-    l1: Float[Array, ""] = eqx.field(converter=jnp.asarray, default=0.2)
-    l2: Float[Array, ""] = eqx.field(converter=jnp.asarray, default=0.25)
-    r1: Float[Array, ""] = eqx.field(converter=jnp.asarray, default=0.1)
-    r2: Float[Array, ""] = eqx.field(converter=jnp.asarray, default=0.125)
-    Iz: Float[Array, "4"] = eqx.field(converter=jnp.asarray, default=(0.27, 0.31, 0.02, 0.0001))
-    g: Float[Array, ""] = eqx.field(converter=jnp.asarray, default=9.81)
+    m: Float[Array, "4"] = eqx.field(converter=as_inexact, default=(20.0, 15.0, 15.0, 0.5))
+    l0: Float[Array, ""] = eqx.field(converter=as_inexact, default=0.0)
+    l1: Float[Array, ""] = eqx.field(converter=as_inexact, default=0.2)
+    l2: Float[Array, ""] = eqx.field(converter=as_inexact, default=0.25)
+    r1: Float[Array, ""] = eqx.field(converter=as_inexact, default=0.1)
+    r2: Float[Array, ""] = eqx.field(converter=as_inexact, default=0.125)
+    Iz: Float[Array, "4"] = eqx.field(converter=as_inexact, default=(0.27, 0.31, 0.02, 0.0001))
+    g: Float[Array, ""] = eqx.field(converter=as_inexact, default=9.81)
 
     def _coefficients(self):
         m1, m2, m3, m4 = self.m

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from .._constraints import as_inexact
 from .._systems import AbstractUnconstrainedSystem
 
 
@@ -18,15 +19,27 @@ def _vee(S):
     return jnp.stack([S[2, 1], S[0, 2], S[1, 0]])
 
 
+def _unit_axis(axis: Float[ArrayLike, " 3"]) -> Float[Array, " 3"]:
+    """`axis` normalised (as MuJoCo and URDF readers do); a zero or non-3-vector is refused."""
+    w = as_inexact(axis)
+    if w.shape != (3,):
+        raise ValueError(f"A joint axis must have shape (3,), got {w.shape}.")
+    norm = jnp.linalg.norm(w)
+    if not isinstance(norm, jax.core.Tracer) and not norm > 0:
+        raise ValueError(f"A joint axis must be a non-zero vector, got {w}.")
+    return w / norm
+
+
 def revolute(axis: Float[ArrayLike, " 3"], point: Float[ArrayLike, " 3"]) -> tuple[str, Array]:
-    """A revolute joint about the unit `axis` through `point`: twist `(−ω × L, ω)`."""
-    w = jnp.asarray(axis, dtype=float)
-    return "revolute", jnp.concatenate([-jnp.cross(w, jnp.asarray(point, dtype=float)), w])
+    """A revolute joint about `axis` (normalised) through `point`: twist `(−ω × L, ω)`."""
+    w = _unit_axis(axis)
+    return "revolute", jnp.concatenate([-jnp.cross(w, as_inexact(point)), w])
 
 
 def prismatic(axis: Float[ArrayLike, " 3"]) -> tuple[str, Array]:
-    """A prismatic joint along the unit `axis`: twist `(v, 0)`."""
-    return "prismatic", jnp.concatenate([jnp.asarray(axis, dtype=float), jnp.zeros(3)])
+    """A prismatic joint along `axis` (normalised): twist `(v, 0)`."""
+    v = _unit_axis(axis)
+    return "prismatic", jnp.concatenate([v, jnp.zeros_like(v)])
 
 
 def _exp(kind: str, twist, theta):
@@ -74,10 +87,10 @@ class SerialChain(AbstractUnconstrainedSystem):
     ):
         self.kinds = tuple(kind for kind, _ in joints)
         self.twists = jnp.stack([twist for _, twist in joints])
-        self.com_frames = jnp.asarray(com_frames)
-        self.masses = jnp.asarray(masses)
-        self.inertias = jnp.asarray(inertias)
-        self.gravity = jnp.asarray(gravity)
+        self.com_frames = as_inexact(com_frames)
+        self.masses = as_inexact(masses)
+        self.inertias = as_inexact(inertias)
+        self.gravity = as_inexact(gravity)
         n = len(self.kinds)
         if self.com_frames.shape != (n, 4, 4) or self.masses.shape != (n,) or self.inertias.shape != (n, 3, 3):
             raise ValueError(
