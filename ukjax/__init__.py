@@ -13,7 +13,18 @@ from ._constraints import (
 )
 from ._control import ClosedLoop as ClosedLoop, ServoControl as ServoControl, ServoSolution as ServoSolution
 from ._core import UKSolution as UKSolution, constraint_force as constraint_force, udwadia_kalaba as udwadia_kalaba
-from ._simulate import Solution as Solution, Status as Status, simulate as simulate, stiff_solver as stiff_solver
+from ._fit import (
+    FitResult as FitResult,
+    LeastSquaresResult as LeastSquaresResult,
+    MultipleShooting as MultipleShooting,
+    fit as fit,
+    fit_least_squares as fit_least_squares,
+    real_stability_limit as real_stability_limit,
+    torque_residuals as torque_residuals,
+    trajectory_residuals as trajectory_residuals,
+    tune_baumgarte as tune_baumgarte,
+)
+from ._simulate import RK4 as RK4, Solution as Solution, Status as Status, simulate as simulate, stiff_solver as stiff_solver
 from ._systems import (
     AbstractSystem as AbstractSystem,
     AbstractUnconstrainedSystem as AbstractUnconstrainedSystem,

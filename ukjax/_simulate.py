@@ -2,11 +2,14 @@
 
 import enum
 import warnings
+from collections.abc import Callable
+from typing import ClassVar
 
 import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float, Int, Real
 
@@ -93,6 +96,23 @@ def stiff_solver(rtol: float = 1e-8, atol: float = 1e-8) -> diffrax.AbstractSolv
     A diffrax solver to pass as `simulate(..., solver=...)`.
     """
     return diffrax.Kvaerno5(root_finder=optx.Newton(rtol=rtol, atol=atol))
+
+
+class RK4(diffrax.AbstractERK):
+    """The classic fourth-order Runge–Kutta method (MATLAB's `ode4`), for fixed steps
+    (`simulate(..., solver=ukjax.RK4(), adaptive=False, dt0=h)`): it has no error estimate.
+    """
+
+    tableau: ClassVar[diffrax.ButcherTableau] = diffrax.ButcherTableau(
+        c=np.array([0.5, 0.5, 1.0]),
+        b_sol=np.array([1 / 6, 1 / 3, 1 / 3, 1 / 6]),
+        b_error=np.zeros(4),
+        a_lower=(np.array([0.5]), np.array([0.0, 0.5]), np.array([0.0, 0.0, 1.0])),
+    )
+    interpolation_cls: ClassVar[Callable] = diffrax.ThirdOrderHermitePolynomialInterpolation.from_k
+
+    def order(self, terms):
+        return 4
 
 
 def _vector_field(t, y, system):
@@ -201,6 +221,8 @@ def simulate(
         raise ValueError(f"ts must be a vector of save times, got shape {ts.shape}.")
     if not adaptive and dt0 is None:
         raise ValueError("Fixed-step integration (adaptive=False) needs a step size dt0.")
+    if adaptive and isinstance(solver, RK4):
+        raise ValueError("ukjax.RK4 has no error estimate: use it with adaptive=False and dt0.")
     return _simulate(
         system,
         q0,

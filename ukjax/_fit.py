@@ -1,0 +1,683 @@
+"""Parameter identification and Baumgarte-gain tuning by gradient, through whole simulations.
+
+Fitted leaves are flattened into one vector `θ` (their logarithms with `positive=True`);
+`fit` runs an optax optimiser on a scalar loss, `fit_least_squares` runs an optimistix
+least-squares solver on residuals and then reports what the data determine: the singular
+values of the Jacobian in relative parameter changes, its rank, the directions it cannot see,
+and standard errors from `σ² (JᵀJ)⁺`.
+"""
+
+import math
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import optimistix as optx
+from jaxtyping import Array, ArrayLike, Float, PyTree, Real
+
+from ._constraints import Baumgarte
+from ._control import ServoControl
+from ._simulate import Status, simulate
+from ._systems import AbstractSystem, ConstrainedSystem
+
+Jac = Literal["fwd", "bwd"]
+
+
+class _Parameters:
+    """The leaves `where(model)` selects, as one flat vector and back."""
+
+    def __init__(self, model, where: Callable, positive: bool):
+        selected = where(model)
+        self.single = not isinstance(selected, (tuple, list))
+        leaves = (selected,) if self.single else tuple(selected)
+        for k, leaf in enumerate(leaves):
+            if not (eqx.is_array(leaf) and jnp.issubdtype(leaf.dtype, jnp.inexact)):
+                raise TypeError(
+                    f"where selected a {type(leaf).__name__} (leaf {k}); the parameters to fit must be "
+                    "floating-point arrays (give the model's parameters as jnp arrays of floats)."
+                )
+        self.model0, self.where, self.positive = model, where, positive
+        self.shapes = [leaf.shape for leaf in leaves]
+        self.sizes = [leaf.size for leaf in leaves]
+        values = jnp.concatenate([jnp.ravel(leaf) for leaf in leaves])
+        if positive and not bool(jnp.all(values > 0)):
+            raise ValueError("positive=True fits logarithms, but some selected parameters are not positive.")
+        self.theta0 = jnp.log(values) if positive else values
+        self.names = _names(model, leaves)
+
+    def values(self, theta: Float[Array, " p"]) -> Float[Array, " p"]:
+        return jnp.exp(theta) if self.positive else theta
+
+    def model(self, theta: Float[Array, " p"]):
+        parts = jnp.split(self.values(theta), np.cumsum(self.sizes)[:-1])
+        leaves = [part.reshape(shape) for part, shape in zip(parts, self.shapes)]
+        where = (lambda m: (self.where(m),)) if self.single else (lambda m: tuple(self.where(m)))
+        return eqx.tree_at(where, self.model0, leaves)
+
+
+def _names(model, leaves) -> tuple[str, ...]:
+    """`system.masses[1]`-style names of the selected scalars, found by identity in `model`."""
+    paths = {id(leaf): jax.tree_util.keystr(path) for path, leaf in jax.tree_util.tree_flatten_with_path(model)[0]}
+    names = []
+    for k, leaf in enumerate(leaves):
+        base = paths.get(id(leaf), f"<parameter {k}>").lstrip(".")
+        names += [base] if leaf.ndim == 0 else [f"{base}{list(i)}" for i in np.ndindex(leaf.shape)]
+    return tuple(names)
+
+
+class _Progress:
+    """A live bar where a person watches a terminal, a line per stage in a pipe or log."""
+
+    def __init__(self, total: int, label: str, enabled: bool):
+        self.total, self.label, self.enabled = total, label, enabled
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc=label, leave=False)
+        elif enabled:
+            print(f"{label}: up to {total} steps", flush=True)
+        self.stage = 0
+
+    def update(self, step: int, loss: float) -> None:
+        if self.bar is not None:
+            self.bar.update(step - self.bar.n)
+            self.bar.set_postfix(loss=f"{loss:.3e}")
+        elif self.enabled and 10 * step >= (self.stage + 1) * self.total:
+            self.stage = 10 * step // self.total
+            print(f"{self.label}: step {step}, loss {loss:.6e}", flush=True)
+
+    def close(self, step: int, loss: float, why: str) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.enabled:
+            print(f"{self.label}: {why} after {step} steps, loss {loss:.6e}", flush=True)
+
+
+def _forward_gradient(f: Callable) -> Callable:
+    """`f` made reverse-differentiable through forward-mode derivatives: the gradient costs one
+    JVP per parameter and no checkpoint memory (simulations with `diffrax.ForwardMode`)."""
+
+    @jax.custom_vjp
+    def g(theta):
+        return f(theta)
+
+    def g_fwd(theta):
+        return f(theta), jax.jacfwd(f)(theta)
+
+    def g_bwd(grad, cotangent):
+        return (cotangent * grad,)
+
+    g.defvjp(g_fwd, g_bwd)
+    return g
+
+
+_MODE_HINT = {
+    "fwd": "the function is not forward-differentiable (a simulate with the default reverse-mode "
+    "adjoint?): pass jac='bwd', or simulate with adjoint=diffrax.ForwardMode() "
+    "(trajectory_residuals' default).",
+    "bwd": "the function is not reverse-differentiable (a simulate with adjoint=diffrax.ForwardMode(), "
+    "trajectory_residuals' default?): pass jac='fwd', or simulate with the default adjoint.",
+}
+
+
+def _explain_mode(error: Exception, jac: Jac) -> Exception:
+    text = str(error)
+    if any(s in text for s in ("jvp", "Reverse-mode", "reverse-mode", "custom_vjp", "while_loop")):
+        return ValueError(f"{_MODE_HINT[jac]} ({type(error).__name__}: {text.splitlines()[0]})")
+    return error
+
+
+class FitResult(eqx.Module):
+    """The result of [`ukjax.fit`][].
+
+    **Attributes:**
+
+    - `model`: the model with the fitted leaves.
+    - `losses`: the loss before each step and after the last one, shape (steps + 1,).
+    - `steps`: optimiser steps taken.
+    """
+
+    model: Any
+    losses: np.ndarray
+    steps: int
+
+
+def fit(
+    loss: Callable[[Any], Real[Array, ""]],
+    model: PyTree,
+    *,
+    where: Callable,
+    optimizer: optax.GradientTransformation | None = None,
+    steps: int = 200,
+    positive: bool = False,
+    tol: float | None = None,
+    progress: bool = True,
+    jac: Jac = "bwd",
+) -> FitResult:
+    """Minimise a scalar loss of an equinox model (a system, a constraint, a controller…)
+    over selected leaves with an optax optimiser, one jitted step at a time.
+
+    **Arguments:**
+
+    - `loss`: `loss(model) -> scalar`.
+    - `model`: the starting model.
+    - `where`: `where(model) -> leaf or tuple of leaves` to fit, as for `eqx.tree_at`.
+    - `optimizer`: an optax optimiser (default `optax.lbfgs()`; line-search methods reuse the
+      values and gradients they computed).
+    - `steps`: the most optimiser steps.
+    - `positive`: fit the logarithms, so that the fitted leaves stay positive.
+    - `tol`: stop once a step lowers the loss by less than `tol` times its value.
+    - `progress`: a progress bar (a terminal) or a line per tenth of the run (a pipe).
+    - `jac`: `"bwd"` (reverse mode: one backward pass, whatever the number of parameters) or
+      `"fwd"` (one forward-mode pass per parameter: cheaper for a handful of parameters,
+      no checkpoint memory, and needed when the loss simulates with `diffrax.ForwardMode`).
+
+    **Returns:**
+
+    A [`ukjax.FitResult`][].
+    """
+    params = _Parameters(model, where, positive)
+
+    def objective(theta):
+        return loss(params.model(theta))
+
+    if jac == "fwd":
+        objective = _forward_gradient(objective)
+    opt = optax.with_extra_args_support(optax.lbfgs() if optimizer is None else optimizer)
+    state = opt.init(params.theta0)
+    try:
+        cached = optax.tree.get(state, "value") is not None
+    except (KeyError, ValueError):
+        cached = False
+    value_and_grad = optax.value_and_grad_from_state(objective) if cached else jax.value_and_grad(objective)
+
+    @eqx.filter_jit
+    def step(theta, state):
+        value, grad = value_and_grad(theta, state=state) if cached else value_and_grad(theta)
+        updates, state = opt.update(grad, state, theta, value=value, grad=grad, value_fn=objective)
+        return optax.apply_updates(theta, updates), state, value
+
+    theta, losses = params.theta0, []
+    meter = _Progress(steps, "fit", progress)
+    why = "step limit"
+    try:
+        for k in range(steps):
+            theta, state, value = step(theta, state)
+            losses.append(float(value))
+            meter.update(k + 1, losses[-1])
+            if not math.isfinite(losses[-1]):
+                why = "non-finite loss"
+                break
+            if tol is not None and k > 0 and losses[-2] - losses[-1] <= tol * abs(losses[-2]):
+                why = "converged"
+                break
+    except (TypeError, ValueError) as error:
+        raise _explain_mode(error, jac) from error
+    final = float(jax.jit(objective)(theta))
+    losses.append(final)
+    meter.close(len(losses) - 1, final, why)
+    return FitResult(params.model(theta), np.asarray(losses), len(losses) - 1)
+
+
+class LeastSquaresResult(eqx.Module):
+    """The result of [`ukjax.fit_least_squares`][], with what the data determine.
+
+    **Attributes:**
+
+    - `model`: the model with the fitted leaves.
+    - `cost`: `½‖r‖²` at the solution.
+    - `steps`: solver steps taken.
+    - `success`: whether the solver converged within `max_steps`.
+    - `names`: the fitted scalars, in the order of `std` (`"system.masses[1]"`).
+    - `std`: the standard error of each fitted scalar, in its own units (also with
+      `positive=True`); `inf` for scalars the data do not determine.
+    - `covariance`: `σ² (JᵀJ)⁺` in those units (the pseudo-inverse leaves out the
+      undetermined directions).
+    - `singular_values`: of the Jacobian in relative parameter changes (`∂r/∂ log θ`), largest
+      first: comparable across parameters of any units.
+    - `rank`: the number of singular values above `rank_rtol` times the largest.
+    - `unidentifiable`: one row per direction the data do not determine, in relative
+      parameter changes (unit norm); shape (0, p) when every parameter is determined.
+    - `noise_std`: the `σ` used (given, or `√(2 cost / (m − rank))` from `m` residuals).
+    """
+
+    model: Any
+    cost: float
+    steps: int
+    success: bool
+    names: tuple[str, ...]
+    std: np.ndarray
+    covariance: np.ndarray
+    singular_values: np.ndarray
+    rank: int
+    unidentifiable: np.ndarray
+    noise_std: float
+
+    def describe(self, direction: np.ndarray) -> str:
+        """A direction of `unidentifiable` in words: `+0.71·a −0.71·b` for relative changes
+        `δa/a = 0.71 s`, `δb/b = −0.71 s` that leave the residuals unchanged (terms under 0.01
+        left out)."""
+        order = np.argsort(-np.abs(direction))
+        return " ".join(f"{direction[j]:+.3f}·{self.names[j]}" for j in order if abs(direction[j]) >= 0.01)
+
+
+def fit_least_squares(
+    residuals: Callable[[Any], Float[Array, "..."]],
+    model: PyTree,
+    *,
+    where: Callable,
+    positive: bool = False,
+    noise_std: float | None = None,
+    solver: optx.AbstractLeastSquaresSolver | None = None,
+    max_steps: int = 200,
+    progress: bool = True,
+    jac: Jac = "fwd",
+    rank_rtol: float = 1e-6,
+) -> LeastSquaresResult:
+    """Minimise `½‖residuals(model)‖²` over selected leaves, then report the statistics of the
+    fit: standard errors, covariance, the singular values of the Jacobian, its rank and the
+    parameter directions the data do not determine (with a warning naming them).
+
+    **Arguments:**
+
+    - `residuals`: `residuals(model) -> array` of any shape (e.g. from
+      [`ukjax.trajectory_residuals`][] or [`ukjax.torque_residuals`][]).
+    - `model`, `where`, `positive`: as for [`ukjax.fit`][].
+    - `noise_std`: the standard deviation of the residuals' noise; estimated from the
+      residuals at the solution when None.
+    - `solver`: an optimistix least-squares solver (default Levenberg–Marquardt with
+      `rtol = atol = 1e-10`).
+    - `max_steps`: the most solver steps.
+    - `progress`: as for `fit`.
+    - `jac`: `"fwd"` (default): a Jacobian with one column per parameter and many rows is
+      cheapest in forward mode, one JVP per parameter, with no checkpoint memory; residuals
+      must then be forward-differentiable (`trajectory_residuals` simulates with
+      `diffrax.ForwardMode` for this reason). `"bwd"` for many parameters and few residuals.
+    - `rank_rtol`: singular values below this fraction of the largest count as zero.
+
+    **Returns:**
+
+    A [`ukjax.LeastSquaresResult`][].
+    """
+    params = _Parameters(model, where, positive)
+
+    def flat(theta):
+        return jnp.ravel(residuals(params.model(theta)))
+
+    def fn(theta, args):
+        return flat(theta), None
+
+    solver = optx.LevenbergMarquardt(rtol=1e-10, atol=1e-10) if solver is None else solver
+    options, tags = {"jac": jac}, frozenset()
+    theta = params.theta0
+    r0 = jax.jit(flat)(theta)
+    if not bool(jnp.all(jnp.isfinite(r0))):
+        raise ValueError("The residuals are not finite at the starting parameters; check the start and the data.")
+    init = eqx.filter_jit(lambda theta: solver.init(fn, theta, None, options, jax.eval_shape(lambda: r0), None, tags))
+    step = eqx.filter_jit(lambda theta, state: solver.step(fn, theta, None, options, state, tags))
+    terminate = eqx.filter_jit(lambda theta, state: solver.terminate(fn, theta, None, options, state, tags))
+    meter = _Progress(max_steps, "least squares", progress)
+    cost = 0.5 * float(r0 @ r0)
+    try:
+        state = init(theta)
+        done, k = False, 0
+        while k < max_steps:
+            done, result = terminate(theta, state)
+            if bool(done):
+                break
+            theta, state, _ = step(theta, state)
+            k += 1
+            cost = 0.5 * float(jnp.sum(state.f_info.residual**2)) if hasattr(state, "f_info") else cost
+            meter.update(k, cost)
+        jacobian = jax.jit(jax.jacfwd(flat) if jac == "fwd" else jax.jacrev(flat))(theta)
+    except (TypeError, ValueError) as error:
+        raise _explain_mode(error, jac) from error
+    success = bool(done) and result == optx.RESULTS.successful
+    r = np.asarray(jax.jit(flat)(theta))
+    cost = 0.5 * float(r @ r)
+    meter.close(k, cost, "converged" if success else "stopped")
+    stats = _statistics(np.asarray(jacobian), np.asarray(params.values(theta)), positive, r, noise_std, rank_rtol)
+    res = LeastSquaresResult(params.model(theta), cost, k, success, params.names, *stats)
+    if res.rank < len(res.names):
+        directions = "; ".join(res.describe(v) for v in res.unidentifiable)
+        warnings.warn(
+            f"The data determine {res.rank} of {len(res.names)} parameter directions; not determined "
+            f"(relative changes that leave the residuals unchanged): {directions}. Their standard "
+            "errors are inf: fix some of these parameters, or add experiments that excite them.",
+            stacklevel=2,
+        )
+    return res
+
+
+def _statistics(J, values, positive, r, noise_std, rank_rtol):
+    """Standard errors, covariance, singular values, rank and null directions."""
+    # Columns in relative changes δθ/θ, so that parameters of any units compare.
+    scale = np.where(values != 0, np.abs(values), 1.0)
+    J_rel = J if positive else J * scale
+    _, s, Vt = np.linalg.svd(J_rel, full_matrices=False)
+    rank = int(np.sum(s > rank_rtol * s[0])) if s.size and s[0] > 0 else 0
+    null = Vt[rank:]
+    m = r.size
+    if noise_std is None:
+        noise_std = float(np.sqrt(r @ r / (m - rank))) if m > rank else float("nan")
+    cov_rel = noise_std**2 * (Vt[:rank].T / s[:rank] ** 2) @ Vt[:rank]
+    covariance = cov_rel * np.outer(values if positive else scale, values if positive else scale)
+    std = np.sqrt(np.diag(covariance))
+    undetermined = np.linalg.norm(null, axis=0) > 1e-3 if null.size else np.zeros(len(values), bool)
+    std = np.where(undetermined, np.inf, std)
+    return std, covariance, s, rank, null, noise_std
+
+
+class MultipleShooting(eqx.Module):
+    """A system with the starts of the later shooting segments as fitted unknowns: the
+    model to give [`ukjax.trajectory_residuals`][] for multiple shooting.
+
+    Single shooting from a poor start only converges on short records: on a long one the
+    simulated and measured motions part ways and the residuals have many local minima. Cutting
+    the record into segments, each simulated from its own start (fitted alongside the
+    parameters, tied to the previous segment's end by continuity residuals), keeps every
+    segment short. Fit the starts too: `where=lambda m: (m.system.masses, m.q_starts,
+    m.qd_starts)`.
+
+    **Arguments:**
+
+    - `system`: the system.
+    - `q_starts`, `qd_starts`: states at the start of segments 2…S, shape (S − 1, n) (or
+      (E, S − 1, n) for E experiments).
+    """
+
+    system: AbstractSystem
+    q_starts: Float[Array, "*e s n"]
+    qd_starts: Float[Array, "*e s n"]
+
+    @classmethod
+    def from_measurements(
+        cls,
+        system: AbstractSystem,
+        ts: Real[ArrayLike, " k"],
+        q_measured: Float[ArrayLike, "*e k n"],
+        segments: int,
+        qd_measured: Float[ArrayLike, "*e k n"] | None = None,
+    ) -> "MultipleShooting":
+        """Segment starts read off the measurements (velocities by central differences of
+        the positions where none were measured)."""
+        ts, q = jnp.asarray(ts), jnp.asarray(q_measured)
+        K = _segment_length(ts.shape[0], segments)
+        qd = jnp.gradient(q, ts, axis=-2) if qd_measured is None else jnp.asarray(qd_measured)
+        index = K * jnp.arange(1, segments)
+        return cls(system, q[..., index, :], qd[..., index, :])
+
+
+def _segment_length(k: int, segments: int) -> int:
+    if segments < 1 or (k - 1) % segments:
+        raise ValueError(f"{k} saved times cannot be cut into {segments} segments of equal length: need (k − 1) % segments == 0.")
+    return (k - 1) // segments
+
+
+def trajectory_residuals(
+    model: AbstractSystem | MultipleShooting,
+    q0: Float[ArrayLike, "*e n"],
+    qd0: Float[ArrayLike, "*e n"],
+    ts: Real[ArrayLike, " k"],
+    q_measured: Float[ArrayLike, "*e k n"],
+    *,
+    qd_measured: Float[ArrayLike, "*e k n"] | None = None,
+    weights: Float[ArrayLike, "..."] | None = None,
+    continuity_weight: float = 1.0,
+    **simulate_kwargs,
+) -> Float[Array, " m"]:
+    """Simulated minus measured motion at the saved times, for one experiment or a batch.
+
+    **Arguments:**
+
+    - `model`: the system, or a [`ukjax.MultipleShooting`][] for multiple shooting.
+    - `q0`, `qd0`: the start, shape (n,), or (E, n) for E experiments fitted together.
+    - `ts`: the measurement times, shape (k,), `ts[0]` the start time.
+    - `q_measured`: measured coordinates, shape (k, n) or (E, k, n).
+    - `qd_measured`: measured velocities, same shape, if any.
+    - `weights`: multiplies the residuals of each coordinate (broadcast against (k, n)).
+    - `continuity_weight`: multiplies the continuity residuals of multiple shooting.
+    - `simulate_kwargs`: passed to [`ukjax.simulate`][]. By default `adjoint` is
+      `diffrax.ForwardMode()` (the Jacobian of `fit_least_squares` has few columns) and
+      `throw` is False (a failed trial gives non-finite residuals, which the solver rejects).
+
+    **Returns:**
+
+    All residuals in one vector: per experiment, positions (then velocities) at `ts`, then the
+    continuity residuals of the segment joints.
+    """
+    simulate_kwargs = {"adjoint": diffrax.ForwardMode(), "throw": False} | simulate_kwargs
+    ts = jnp.asarray(ts)
+    q0, qd0, qm = jnp.asarray(q0), jnp.asarray(qd0), jnp.asarray(q_measured)
+    qdm = None if qd_measured is None else jnp.asarray(qd_measured)
+    shooting = isinstance(model, MultipleShooting)
+    system = model.system if shooting else model
+    if not isinstance(system, AbstractSystem):
+        raise TypeError(f"model must be a ukjax system or a MultipleShooting, got {type(model).__name__}.")
+    if qm.shape[-2:] != (ts.shape[0], q0.shape[-1]) or qm.shape[:-2] != q0.shape[:-1]:
+        raise ValueError(f"q_measured must have shape {q0.shape[:-1] + (ts.shape[0], q0.shape[-1])} to match q0 and ts, got {qm.shape}.")
+    if qdm is not None and qdm.shape != qm.shape:
+        raise ValueError(f"qd_measured must have the shape of q_measured {qm.shape}, got {qdm.shape}.")
+    weights = jnp.ones(()) if weights is None else jnp.asarray(weights)
+    segments = model.q_starts.shape[-2] + 1 if shooting else 1
+    K = _segment_length(ts.shape[0], segments)
+    seg_ts = jnp.stack([ts[i * K : i * K + K + 1] for i in range(segments)])
+
+    def one(q0, qd0, qm, qdm, q_starts, qd_starts):
+        starts_q = jnp.concatenate([q0[None], q_starts])
+        starts_qd = jnp.concatenate([qd0[None], qd_starts])
+        sol = jax.vmap(lambda q, qd, st: simulate(system, q, qd, st[0], st[-1], ts=st, **simulate_kwargs))(starts_q, starts_qd, seg_ts)
+
+        def at_ts(x):  # (S, K + 1, n) segment saves -> (k, n), each shared time once
+            return jnp.concatenate([x[:, :-1].reshape(-1, x.shape[-1]), x[-1, -1:]])
+
+        parts = [weights * (at_ts(sol.q) - qm)]
+        if qdm is not None:
+            parts.append(weights * (at_ts(sol.qd) - qdm))
+        gaps = jnp.concatenate([sol.q[:-1, -1] - starts_q[1:], sol.qd[:-1, -1] - starts_qd[1:]], axis=-1)
+        return jnp.concatenate([jnp.ravel(p) for p in parts] + [continuity_weight * jnp.ravel(gaps)])
+
+    n = q0.shape[-1]
+    empty = jnp.zeros(q0.shape[:-1] + (0, n), q0.dtype)
+    q_starts = model.q_starts if shooting else empty
+    qd_starts = model.qd_starts if shooting else empty
+    qdm_or_q = qm if qdm is None else qdm
+    run = one if qdm is not None else (lambda q0, qd0, qm, _, qs, qds: one(q0, qd0, qm, None, qs, qds))
+    if q0.ndim == 1:
+        return run(q0, qd0, qm, qdm_or_q, q_starts, qd_starts)
+    return jnp.ravel(jax.vmap(run)(q0, qd0, qm, qdm_or_q, q_starts, qd_starts))
+
+
+def _constrained_forces(system: AbstractSystem, t, q, qd, qdd):
+    """`N` and `M q̈ − Q`, with `N = I − A⁺A` over every constraint row (I without any): `N`
+    removes the forces that ideal constraints could supply."""
+    d = system.dynamics(t, q, qd)
+    f = d.M @ qdd - d.Q
+    if not d.levels:
+        return jnp.eye(q.shape[0], dtype=f.dtype), f
+    A = jnp.concatenate([level.rows.A for level in d.levels])
+    return jnp.eye(q.shape[0], dtype=f.dtype) - jnp.linalg.pinv(A) @ A, f
+
+
+def torque_residuals(
+    controller_or_system: ServoControl | AbstractSystem,
+    ts: Real[ArrayLike, " k"],
+    q: Float[ArrayLike, "k n"],
+    qd: Float[ArrayLike, "k n"],
+    qdd: Float[ArrayLike, "k n"],
+    u_measured: Float[ArrayLike, "k m"],
+) -> Float[Array, "k m"]:
+    """Inverse-dynamics residuals: the inputs the model needs for the measured motion minus
+    the measured inputs, at each time.
+
+    With a [`ukjax.ServoControl`][], its system (passive constraints included) and actuation
+    matrix `B` give the minimum-norm inputs `u = (N B)⁺ N (M q̈ − Q)`, where `N = I − A⁺A`
+    projects out what the constraint forces supply; `u_measured` has shape (k, m). With a
+    system, `u_measured` are generalized forces (k, n) and the residual is
+    `N (M q̈ − Q − u)`. Both are linear in the inertial parameters (`N`, `B` do not depend on
+    them), so a regressor is one `jax.jacfwd` away.
+
+    **Returns:**
+
+    The residuals, shape (k, m) or (k, n).
+    """
+    ts, q, qd, qdd, u = (jnp.asarray(x) for x in (ts, q, qd, qdd, u_measured))
+    control = isinstance(controller_or_system, ServoControl)
+    system = controller_or_system.system if control else controller_or_system
+
+    def one(t, q, qd, qdd, u):
+        N, f = _constrained_forces(system, t, q, qd, qdd)
+        if control:
+            return jnp.linalg.pinv(N @ controller_or_system.actuation) @ (N @ f) - u
+        return N @ (f - u)
+
+    return jax.vmap(one)(ts, q, qd, qdd, u)
+
+
+def _stability_function(solver: diffrax.AbstractSolver) -> Callable[[complex], complex] | None:
+    """`R(z) = 1 + z bᵀ(I − zA)⁻¹𝟙` of an explicit Runge–Kutta solver (None for others)."""
+    tableau = getattr(solver, "tableau", None)
+    if not isinstance(solver, diffrax.AbstractERK) or tableau is None:
+        return None
+    rows = [np.zeros(0)] + [np.asarray(a) for a in tableau.a_lower]
+    b = np.asarray(tableau.b_sol)
+
+    def R(z):
+        stages = []
+        for a in rows:
+            stages.append(1 + z * sum(a_j * y_j for a_j, y_j in zip(a, stages)))
+        return 1 + z * sum(b_i * y_i for b_i, y_i in zip(b, stages))
+
+    return R
+
+
+def real_stability_limit(solver: diffrax.AbstractSolver) -> float:
+    """The largest `x` with `|R(−s)| ≤ 1` for every `s ∈ (0, x]`: an explicit Runge–Kutta
+    solver is stable on `ẏ = −ωy` at step `h` while `ωh ≤ x` (2.785 for RK4). `inf` for
+    implicit solvers, which have no such bound.
+
+    **Arguments:**
+
+    - `solver`: a diffrax solver.
+
+    **Returns:**
+
+    The bound `x`, a float.
+    """
+    R = _stability_function(solver)
+    if R is None:
+        return math.inf
+    s = np.arange(1, 200_001) * 1e-4
+    unstable = np.abs(R(-s)) > 1
+    return float(s[np.argmax(unstable)] - 1e-4) if unstable.any() else math.inf
+
+
+class _Gains(eqx.Module):
+    """Real-root Baumgarte gains: `α = ω₁ + ω₂`, `β = ω₁ω₂` with `ωᵢ = ω_max σ(uᵢ)`, so that
+    every trial stays inside the integrator's stability region."""
+
+    u: Float[Array, "2 *p"]
+    omega_max: Float[Array, ""]
+
+    def baumgarte(self) -> Baumgarte:
+        w = self.omega_max * jax.nn.sigmoid(self.u)
+        return Baumgarte(w[0] + w[1], w[0] * w[1])
+
+
+def tune_baumgarte(
+    csys: ConstrainedSystem,
+    q0: Float[ArrayLike, " n"],
+    qd0: Float[ArrayLike, " n"],
+    t1: Real[ArrayLike, ""],
+    *,
+    t0: Real[ArrayLike, ""] = 0.0,
+    solver: diffrax.AbstractSolver | None = None,
+    dt0: Real[ArrayLike, ""] | None = None,
+    adaptive: bool = True,
+    per_row: bool = False,
+    max_steps: int | None = None,
+    steps: int = 100,
+    saves: int = 401,
+    margin: float = 0.1,
+    progress: bool = True,
+) -> Baumgarte:
+    """Baumgarte gains that minimise the constraint drift `∫‖Φ‖dt` of one simulation, found
+    by gradient (forward mode, a handful of parameters) through the whole run.
+
+    The search keeps the error dynamics `Φ̈ + αΦ̇ + βΦ = 0` where the integrator can follow
+    them: their roots are real (`α = ω₁ + ω₂`, `β = ω₁ω₂`, critically or over-damped) and
+    `ωᵢ h ≤ (1 − margin) x`, with `x` the real stability limit of the solver's Runge–Kutta
+    stability function and `h` the fixed step, or with adaptive steps the mean step of the run
+    under the starting gains, so that tuning does not buy drift with a stiff, slow solve.
+    Adaptive runs are also capped at `max_steps` (default twice the starting run's steps); a
+    trial that fails counts as an infinite loss. The start is critically damped at the
+    system's current `β` (`ω = √β`), or at a tenth of the bound without stabilization.
+
+    **Arguments:**
+
+    - `csys`: the constrained system; its own rows get the gains.
+    - `q0`, `qd0`, `t1`, `t0`: the run to tune for.
+    - `solver`, `dt0`, `adaptive`: the integrator, as for `simulate` (default `Tsit5`).
+    - `per_row`: one pair of gains per constraint row instead of one for all.
+    - `max_steps`: the step cap of adaptive trials.
+    - `steps`: the most optimiser (L-BFGS) steps.
+    - `saves`: points of the violation integral with adaptive steps (fixed steps use every
+      step).
+    - `margin`: how far inside the stability limit to stay.
+    - `progress`: as for [`ukjax.fit`][].
+
+    **Returns:**
+
+    The tuned [`ukjax.Baumgarte`][] gains.
+    """
+    if not isinstance(csys, ConstrainedSystem):
+        raise TypeError(f"tune_baumgarte needs a ukjax.ConstrainedSystem, got {type(csys).__name__}.")
+    if not adaptive and dt0 is None:
+        raise ValueError("Fixed-step tuning (adaptive=False) needs the step size dt0.")
+    solver = diffrax.Tsit5() if solver is None else solver
+    q0 = jnp.asarray(q0)
+    qd0 = jnp.asarray(qd0, q0.dtype)
+    t0, t1 = float(t0), float(t1)
+    p = csys.rows(t0, q0, qd0).b.shape[0]
+    run = dict(solver=solver, dt0=dt0, adaptive=adaptive, throw=False)
+    if adaptive:
+        ts = jnp.linspace(t0, t1, saves)
+        reference = simulate(csys, q0, qd0, t0, t1, ts=ts, **run)
+        if not bool(reference.success):
+            raise ValueError(f"The run with the starting gains fails (status {Status(int(reference.status)).name}); tune from gains that work.")
+        h = (t1 - t0) / int(reference.stats["num_accepted_steps"])
+        cap = 2 * int(reference.stats["num_steps"]) if max_steps is None else max_steps
+    else:
+        count = round((t1 - t0) / float(dt0))
+        ts = t0 + float(dt0) * jnp.arange(count + 1)
+        h, cap = float(dt0), count + 1 if max_steps is None else max_steps
+    omega_max = (1 - margin) * real_stability_limit(solver) / h
+    if not math.isfinite(omega_max):
+        raise ValueError("tune_baumgarte bounds the gains by an explicit Runge–Kutta solver's stability region; pass one.")
+    current = csys.stabilization
+    omega0 = jnp.sqrt(current.beta) if current is not None else jnp.asarray(0.1 * omega_max)
+    omega0 = jnp.clip(jnp.broadcast_to(omega0, (p,) if per_row else ()), 1e-3 * omega_max, 0.5 * omega_max)
+    # slightly apart, so that the search can leave critical damping
+    u0 = jax.scipy.special.logit(jnp.stack([0.9 * omega0, omega0 / 0.9]) / omega_max)
+
+    def with_gains(gains: _Gains) -> ConstrainedSystem:
+        return ConstrainedSystem(
+            csys.system, csys.constraints, gains.baumgarte(), nonideal=csys.nonideal, method=csys.method, sequential=csys.sequential
+        )
+
+    def loss(gains: _Gains):
+        sol = simulate(with_gains(gains), q0, qd0, t0, t1, ts=ts, max_steps=cap, adjoint=diffrax.ForwardMode(), **run)
+        drift = jnp.trapezoid(jnp.linalg.norm(sol.phi, axis=1), ts)
+        return jnp.where(sol.success, jnp.log(drift), jnp.inf)
+
+    start = _Gains(u0, jnp.asarray(omega_max, q0.dtype))
+    res = fit(loss, start, where=lambda g: g.u, steps=steps, tol=1e-8, progress=progress, jac="fwd")
+    return res.model.baumgarte()
