@@ -602,6 +602,8 @@ def tune_baumgarte(
     solver: diffrax.AbstractSolver | None = None,
     dt0: Real[ArrayLike, ""] | None = None,
     adaptive: bool = True,
+    rtol: float = 1e-8,
+    atol: float = 1e-8,
     per_row: bool = False,
     max_steps: int | None = None,
     steps: int = 100,
@@ -625,7 +627,8 @@ def tune_baumgarte(
 
     - `csys`: the constrained system; its own rows get the gains.
     - `q0`, `qd0`, `t1`, `t0`: the run to tune for.
-    - `solver`, `dt0`, `adaptive`: the integrator, as for `simulate` (default `Tsit5`).
+    - `solver`, `dt0`, `adaptive`, `rtol`, `atol`: the integrator, as for `simulate` (default
+      `Tsit5`).
     - `per_row`: one pair of gains per constraint row instead of one for all.
     - `max_steps`: the step cap of adaptive trials.
     - `steps`: the most optimiser (L-BFGS) steps.
@@ -647,7 +650,7 @@ def tune_baumgarte(
     qd0 = jnp.asarray(qd0, q0.dtype)
     t0, t1 = float(t0), float(t1)
     p = csys.rows(t0, q0, qd0).b.shape[0]
-    run = dict(solver=solver, dt0=dt0, adaptive=adaptive, throw=False)
+    run = dict(solver=solver, dt0=dt0, adaptive=adaptive, rtol=rtol, atol=atol, throw=False)
     if adaptive:
         ts = jnp.linspace(t0, t1, saves)
         reference = simulate(csys, q0, qd0, t0, t1, ts=ts, **run)

@@ -1,0 +1,160 @@
+"""Fitting: gradients of both routes against finite differences, small versions of every
+case of benchmarks/identify.py (recovered parameters, rank, undetermined directions, noise,
+inverse dynamics against linear least squares) and Baumgarte tuning against a grid."""
+
+import math
+import warnings
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import ukjax
+from benchmarks import identify
+from ukjax import models
+
+FIXED = dict(solver=ukjax.RK4(), adaptive=False, dt0=2e-3)
+
+
+def constrained_arm(lengths, masses, inertias, alpha, beta):
+    """A two-link arm whose tip slides on the vertical line x = 1.2, under a joint torque."""
+    chain = models.PlanarChain(lengths, masses, 0.5 * lengths, inertias)
+    forced = ukjax.Forced(chain, lambda t, q, qd: jnp.stack([2.0 * jnp.sin(3 * t), 0.0 * t]))
+    line = ukjax.Holonomic(lambda t, q: chain.joint_positions(q)[-1, 0] - 1.2)
+    return ukjax.ConstrainedSystem(forced, line, ukjax.Baumgarte(alpha, beta))
+
+
+@pytest.mark.parametrize("jac", ["fwd", "bwd"])
+def test_gradients_match_finite_differences(jac):
+    """d loss / d (a mass, a length, an inertia, α, β) through a constrained simulation, both
+    routes, against central differences (fixed steps: the discrete map is smooth)."""
+    theta = jnp.array([1.3, 0.9, 0.07, 4.0, 9.0])  # masses[0], lengths[1], inertias[1], α, β
+    q0 = jnp.array([0.3, 1.2])  # off the line: the gains act
+
+    def loss(theta):
+        system = constrained_arm(jnp.stack([1.0, theta[1]]), jnp.stack([theta[0], 0.8]), jnp.stack([0.1, theta[2]]), theta[3], theta[4])
+        adjoint = diffrax.ForwardMode() if jac == "fwd" else diffrax.RecursiveCheckpointAdjoint()
+        sol = ukjax.simulate(system, q0, jnp.zeros(2), 0.0, 0.5, adjoint=adjoint, **FIXED)
+        return jnp.sum(jnp.sin(sol.q[-1])) + jnp.sum(sol.qd[-1] ** 2)
+
+    grad = (jax.jacfwd if jac == "fwd" else jax.grad)(loss)(theta)
+    h = 1e-5 * theta
+    fd = [(loss(theta.at[i].add(h[i])) - loss(theta.at[i].add(-h[i]))) / (2 * h[i]) for i in range(5)]
+    np.testing.assert_allclose(grad, fd, rtol=1e-6)
+    assert np.min(np.abs(fd)) > 1e-3  # every parameter matters
+
+
+def test_open_chain_recovered_exactly():
+    result = identify.open_chain(1.0, 1)
+    assert result["error"] < 1e-6 and result["rank"] == result["parameters"] == 4
+
+
+def test_multiple_shooting_recovers_where_single_shooting_fails():
+    assert identify.open_chain(3.0, 1, amplitude=6.0, max_steps=30)["error"] > 0.1
+    result = identify.open_chain(3.0, 6, amplitude=6.0)
+    assert result["error"] < 1e-6 and result["rank"] == result["parameters"]
+
+
+def test_closed_chain_reports_what_it_cannot_determine():
+    result = identify.closed_chain(0.5)
+    assert result["rank"] == 9 and result["parameters"] == 10
+    assert len(result["unidentifiable"]) == 1 and result["warned"]
+    assert result["error"] < 1e-6 and result["cost"] < 1e-20
+
+
+def test_inverse_dynamics_fit_agrees_with_regressor_least_squares():
+    result = identify.inverse_dynamics(1.0)
+    assert result["rank"] < result["parameters"]
+    assert result["agreement"] < 1e-8 and result["error"] < 1e-6
+
+
+def test_predicted_standard_errors_match_the_spread():
+    """Inverse dynamics of a free two-link arm from torques with Gaussian noise: the spread of
+    the estimates over 20 draws against the predicted standard errors."""
+    chain = models.PlanarChain([1.0, 0.8], [1.5, 1.0], [0.5, 0.4], [0.12, 0.06])
+    ts = jnp.linspace(0.0, 2.0, 41)
+
+    def motion(t):
+        return jnp.stack([jnp.sin(1.3 * t), 0.5 * jnp.cos(2.1 * t)])
+
+    q, qd, qdd = (jax.vmap(f)(ts) for f in (motion, jax.jacfwd(motion), jax.jacfwd(jax.jacfwd(motion))))
+    tau = jax.vmap(lambda t, q, qd, qdd: chain.mass_matrix(t, q) @ qdd - chain.forces(t, q, qd))(ts, q, qd, qdd)
+    sigma, rng = 0.05, np.random.default_rng(1)
+    estimates, predicted = [], []
+    for _ in range(20):
+        measured = tau + sigma * rng.normal(size=tau.shape)
+        res = ukjax.fit_least_squares(
+            lambda c: ukjax.torque_residuals(c, ts, q, qd, qdd, measured),
+            chain,
+            where=lambda c: (c.masses, c.inertias),
+            progress=False,
+        )
+        estimates.append(np.concatenate([res.model.masses, res.model.inertias]))
+        predicted.append(res.std)
+    ratio = np.std(estimates, axis=0, ddof=1) / np.mean(predicted, axis=0)
+    assert np.all((0.6 < ratio) & (ratio < 1.5)), ratio
+
+
+def test_tuned_gains_beat_the_grid_without_leaving_the_stability_region():
+    """A Cartesian pendulum started off its rod, RK4 at a fixed step: the tuned gains do at
+    least as well as the best critically damped grid point inside the stability region."""
+    system = ukjax.ExplicitSystem(lambda t, q: jnp.eye(2), lambda t, q, qd: jnp.array([0.0, -9.81]))
+    rod = ukjax.Holonomic(lambda t, q: q @ q - 1.0)
+    q0, qd0, h, horizon = jnp.array([0.65, -0.8]), jnp.array([1.0, 0.5]), 0.05, 3.0
+    fixed = dict(solver=ukjax.RK4(), adaptive=False, dt0=h)
+    ts = h * jnp.arange(round(horizon / h) + 1)
+
+    def drift(gains):
+        sol = ukjax.simulate(ukjax.ConstrainedSystem(system, rod, gains), q0, qd0, 0.0, horizon, ts=ts, throw=False, **fixed)
+        return float(jnp.trapezoid(jnp.linalg.norm(sol.phi, axis=1), ts)) if bool(sol.success) else math.inf
+
+    bound = ukjax.real_stability_limit(ukjax.RK4()) / h
+    grid = min(drift(ukjax.Baumgarte(2 * w, w * w)) for w in np.linspace(0.05, 0.9, 18) * bound)
+    gains = ukjax.tune_baumgarte(ukjax.ConstrainedSystem(system, rod, ukjax.Baumgarte(1.0, 4.0)), q0, qd0, horizon, progress=False, **fixed)
+    roots = np.roots([1.0, float(gains.alpha), float(gains.beta)])
+    assert np.all(np.isreal(roots)) and np.max(np.abs(roots)) * h <= 0.9 * ukjax.real_stability_limit(ukjax.RK4()) + 1e-9
+    assert drift(gains) <= 1.05 * grid
+    assert drift(gains) < 0.1 * drift(ukjax.Baumgarte(1.0, 4.0))
+
+
+class Quadratic(eqx.Module):
+    x: jax.Array
+    label: str = "not a parameter"
+
+
+def test_fit_with_optax_optimizers_and_options():
+    target = jnp.array([3.0, 0.5])
+
+    def loss(m):
+        return jnp.sum((jnp.log(m.x) - jnp.log(target)) ** 2)
+
+    lbfgs = ukjax.fit(loss, Quadratic(jnp.array([1.0, 1.0])), where=lambda m: m.x, positive=True, steps=50, tol=1e-12, progress=False)
+    np.testing.assert_allclose(lbfgs.model.x, target, rtol=1e-8)
+    assert lbfgs.steps < 50 and lbfgs.losses.shape == (lbfgs.steps + 1,)
+    adam = ukjax.fit(loss, Quadratic(jnp.array([1.0, 1.0])), where=lambda m: m.x, positive=True, optimizer=optax.adam(0.1), steps=300, progress=False)
+    np.testing.assert_allclose(adam.model.x, target, rtol=1e-3)
+    forward = ukjax.fit(loss, Quadratic(jnp.array([1.0, 1.0])), where=lambda m: m.x, positive=True, steps=50, jac="fwd", progress=False)
+    np.testing.assert_allclose(forward.model.x, target, rtol=1e-8)
+    with pytest.raises(TypeError, match="floating-point arrays"):
+        ukjax.fit(loss, Quadratic(jnp.array([1.0, 1.0])), where=lambda m: m.label, progress=False)
+    with pytest.raises(ValueError, match="not positive"):
+        ukjax.fit(loss, Quadratic(jnp.array([-1.0, 1.0])), where=lambda m: m.x, positive=True, progress=False)
+
+
+def test_wrong_differentiation_mode_is_explained():
+    system = ukjax.ExplicitSystem(lambda t, q: jnp.eye(1), lambda t, q, qd: -q)
+    model = Quadratic(jnp.array([1.0]))
+
+    def reverse_only(m):  # the default adjoint of simulate is reverse mode
+        return ukjax.simulate(system, m.x, jnp.zeros(1), 0.0, 1.0).q[-1] - 0.5
+
+    with pytest.raises(ValueError, match="jac='bwd'"):
+        ukjax.fit_least_squares(reverse_only, model, where=lambda m: m.x, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = ukjax.fit_least_squares(reverse_only, model, where=lambda m: m.x, jac="bwd", progress=False)
+    np.testing.assert_allclose(res.model.x, [0.5 / np.cos(1.0)], rtol=1e-7)
