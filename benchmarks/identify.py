@@ -25,22 +25,10 @@ from ukjax import models  # noqa: E402
 TOL = dict(rtol=1e-12, atol=1e-12)
 
 
-class Inputs(eqx.Module):
-    """Known input signals `u_j(t) = a_j sin(ω_j t + φ_j)` through an actuation matrix."""
-
-    actuation: jax.Array
-    amplitude: jax.Array
-    frequency: jax.Array
-    phase: jax.Array
-
-    def __call__(self, t, q, qd):
-        return self.actuation @ (self.amplitude * jnp.sin(self.frequency * t + self.phase))
-
-
 def double_pendulum(amplitude: float) -> ukjax.Forced:
     """A torque-driven two-link arm under gravity (the true parameters)."""
     chain = models.PlanarChain([1.0, 0.8], [1.5, 1.0], [0.5, 0.4], [0.12, 0.06])
-    return ukjax.Forced(chain, Inputs(jnp.eye(2), amplitude * jnp.array([1.0, 1 / 3]), jnp.array([2.0, 3.0]), jnp.array([0.0, jnp.pi / 2])))
+    return ukjax.Forced(chain, models.SineInputs(jnp.eye(2), amplitude * jnp.array([1.0, 1 / 3]), [2.0, 3.0], [0.0, jnp.pi / 2]))
 
 
 def inertial(system):
@@ -87,7 +75,7 @@ def coordinated_robots_driven(horizon: float, rate: int = 20):
     """Seed 002's coordinated robots (a 5-link closed chain, 3 DOF) driven by known motor
     torques under gravity: the true system and its noise-free record."""
     model = models.coordinated_robots()
-    inputs = Inputs(model.actuation, jnp.array([3.0, -2.0, 2.5, 1.5, -2.0, 1.0]), jnp.array([1.0, 1.7, 2.3, 1.3, 2.9, 0.7]), jnp.linspace(0.0, 2.0, 6))
+    inputs = models.SineInputs(model.actuation, [3.0, -2.0, 2.5, 1.5, -2.0, 1.0], [1.0, 1.7, 2.3, 1.3, 2.9, 0.7], jnp.linspace(0.0, 2.0, 6))
     true = ukjax.ConstrainedSystem(ukjax.Forced(model.system, inputs), model.constraints)
     ts = jnp.linspace(0.0, horizon, round(rate * horizon) + 1)
     return true, model.q0, model.qd0, ts, ukjax.simulate(true, model.q0, model.qd0, 0.0, horizon, ts=ts, **TOL)

@@ -23,3 +23,13 @@ def test_coordinated_control_demo(tmp_path, capsys):
     errors = [float(e) for e in re.findall(r"object tracking error (\d\.\d+e[+-]\d+)", text)]
     assert errors[0] < 1e-8 < errors[1]  # exact tracks, the seed's formula does not
     assert out.stat().st_size > 10_000
+
+
+def test_fit_demo(tmp_path, capsys):
+    out = tmp_path / "fit.png"
+    main(["fit", "--horizon", "0.5", "--closed-horizon", "0.25", "--quiet", "--out", str(out)])
+    text = capsys.readouterr().out
+    ranks = re.findall(r"rank (\d+)/(\d+)", text)
+    assert ranks == [("4", "4"), ("9", "10")]
+    assert "not determined (relative changes)" in text
+    assert out.stat().st_size > 10_000

@@ -149,6 +149,77 @@ def _coordinated(args: argparse.Namespace) -> None:
     print(f"plot written to {args.out}")
 
 
+def _fit(args: argparse.Namespace) -> None:
+    import warnings
+
+    import equinox as eqx
+    import jax.numpy as jnp
+    import matplotlib
+    import numpy as np
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import ukjax
+    from ukjax import models
+
+    tol = dict(rtol=1e-12, atol=1e-12)
+
+    def inertial(system):
+        while not isinstance(system, models.PlanarChain):
+            system = system.system
+        return system.masses, system.inertias
+
+    def identify(true, q0, qd0, horizon, label):
+        ts = jnp.linspace(0.0, horizon, round(20 * horizon) + 1)
+        measured = ukjax.simulate(true, q0, qd0, 0.0, horizon, ts=ts, **tol).q
+        masses, inertias = inertial(true)
+        start = eqx.tree_at(inertial, true, (1.3 * masses, 0.7 * inertias))
+        print(f"[{label}] {horizon:g} s record, {ts.size} samples; start: masses +30 %, inertias −30 %")
+        clock = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the rank is printed below
+            res = ukjax.fit_least_squares(
+                lambda m: ukjax.trajectory_residuals(m, q0, qd0, ts, measured, **tol), start, where=inertial, positive=True, progress=not args.quiet
+            )
+        truth = np.concatenate([np.ravel(x) for x in inertial(true)])
+        fitted = np.concatenate([np.ravel(x) for x in inertial(res.model)])
+        print(f"  {res.steps} steps, cost {res.cost:.2e}, {time.perf_counter() - clock:.1f} s; rank {res.rank}/{len(res.names)}")
+        for name, t, f, e in zip(res.names, truth, fitted, res.std):
+            print(f"  {name:<22} true {t:8.4f}  fitted {f:8.4f}  std {e:.1e}")
+        for v in res.unidentifiable:
+            print("  not determined (relative changes): " + res.describe(v))
+        return ts, measured, start, res
+
+    pendulum = models.PlanarChain([1.0, 0.8], [1.5, 1.0], [0.5, 0.4], [0.12, 0.06])
+    drive = models.SineInputs(jnp.eye(2), [3.0, 1.0], [2.0, 3.0], [0.0, np.pi / 2])
+    q0 = jnp.array([1.2, -0.4])
+    ts, measured, start, open_fit = identify(ukjax.Forced(pendulum, drive), q0, jnp.zeros(2), args.horizon, "torque-driven double pendulum")
+    robots = models.coordinated_robots()
+    motors = models.SineInputs(robots.actuation, [3.0, -2.0, 2.5, 1.5, -2.0, 1.0], [1.0, 1.7, 2.3, 1.3, 2.9, 0.7], np.linspace(0, 2, 6))
+    closed = ukjax.ConstrainedSystem(ukjax.Forced(robots.system, motors), robots.constraints)
+    *_, closed_fit = identify(closed, robots.q0, robots.qd0, args.closed_horizon, "coordinated robots of seed 002 (closed chain)")
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), constrained_layout=True)
+    for res, name in ((open_fit, "double pendulum"), (closed_fit, "closed chain")):
+        axes[0].semilogy(res.costs, "o-", label=name)
+        axes[2].semilogy(res.singular_values / res.singular_values[0], "s-", label=name)
+    axes[0].set(title="cost ½‖r‖² per Levenberg–Marquardt step", xlabel="step")
+    before = ukjax.simulate(start, q0, jnp.zeros(2), 0.0, args.horizon, ts=ts, **tol).q
+    after = ukjax.simulate(open_fit.model, q0, jnp.zeros(2), 0.0, args.horizon, ts=ts, **tol).q
+    for j in range(2):
+        axes[1].plot(ts, measured[:, j], "k.", label="measured" if j == 0 else None)
+        axes[1].plot(ts, before[:, j], "--", color=f"C{j}", label=f"q{j + 1} from the start")
+        axes[1].plot(ts, after[:, j], "-", color=f"C{j}", label=f"q{j + 1} fitted")
+    axes[1].set(title="double pendulum: measured and simulated", xlabel="t [s]", ylabel="rad")
+    axes[2].set(title="singular values of the scaled Jacobian (relative)", xlabel="index")
+    for ax in axes:
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.savefig(args.out, dpi=120)
+    print(f"plot written to {args.out}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `ukjax` console script."""
     parser = argparse.ArgumentParser(prog="ukjax", description=__doc__)
@@ -171,6 +242,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="coordinated.png", help="where to write the plot")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=_coordinated)
+    p = commands.add_parser("fit", help="identify inertial parameters from trajectories: an open and a closed chain")
+    p.add_argument("--horizon", type=float, default=1.5, help="record length of the double pendulum [s]")
+    p.add_argument("--closed-horizon", type=float, default=0.5, help="record length of the closed chain [s]")
+    p.add_argument("--out", default="fit.png", help="where to write the plot")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=_fit)
     args = parser.parse_args(argv)
     jax.config.update("jax_enable_x64", True)
     args.run(args)

@@ -234,6 +234,7 @@ class LeastSquaresResult(eqx.Module):
 
     - `model`: the model with the fitted leaves.
     - `cost`: `½‖r‖²` at the solution.
+    - `costs`: `½‖r‖²` at the start and at the accepted point after each step.
     - `steps`: solver steps taken.
     - `success`: whether the solver converged within `max_steps`.
     - `names`: the fitted scalars, in the order of `std` (`"system.masses[1]"`).
@@ -251,6 +252,7 @@ class LeastSquaresResult(eqx.Module):
 
     model: Any
     cost: float
+    costs: np.ndarray
     steps: int
     success: bool
     names: tuple[str, ...]
@@ -325,7 +327,8 @@ def fit_least_squares(
     step = eqx.filter_jit(lambda theta, state: solver.step(fn, theta, None, options, state, tags))
     terminate = eqx.filter_jit(lambda theta, state: solver.terminate(fn, theta, None, options, state, tags))
     meter = _Progress(max_steps, "least squares", progress)
-    cost = 0.5 * float(r0 @ r0)
+    evaluate = jax.jit(flat)
+    costs = [0.5 * float(r0 @ r0)]
     try:
         state = init(theta)
         done, k = False, 0
@@ -335,17 +338,19 @@ def fit_least_squares(
                 break
             theta, state, _ = step(theta, state)
             k += 1
-            cost = 0.5 * float(jnp.sum(state.f_info.residual**2)) if hasattr(state, "f_info") else cost
-            meter.update(k, cost)
+            # Gauss–Newton-type solvers carry the residual of the last accepted point.
+            r = state.f_info.residual if hasattr(state, "f_info") else evaluate(theta)
+            costs.append(0.5 * float(jnp.sum(r**2)))
+            meter.update(k, costs[-1])
         jacobian = jax.jit(jax.jacfwd(flat) if jac == "fwd" else jax.jacrev(flat))(theta)
     except (TypeError, ValueError) as error:
         raise _explain_mode(error, jac) from error
     success = bool(done) and result == optx.RESULTS.successful
-    r = np.asarray(jax.jit(flat)(theta))
+    r = np.asarray(evaluate(theta))
     cost = 0.5 * float(r @ r)
     meter.close(k, cost, "converged" if success else "stopped")
     stats = _statistics(np.asarray(jacobian), np.asarray(params.values(theta)), positive, r, noise_std, rank_rtol)
-    res = LeastSquaresResult(params.model(theta), cost, k, success, params.names, *stats)
+    res = LeastSquaresResult(params.model(theta), cost, np.asarray(costs), k, success, params.names, *stats)
     if res.rank < len(res.names):
         directions = "; ".join(res.describe(v) for v in res.unidentifiable)
         warnings.warn(

@@ -11,6 +11,7 @@ from ._mechanisms import (
     parallel_2dof as parallel_2dof,
     two_mass_spring as two_mass_spring,
 )
+from ._excitation import SineInputs as SineInputs
 from ._planar import PlanarChain as PlanarChain
 from ._points import JointPoint as JointPoint, PointConstraint as PointConstraint
 from ._scara import (
