@@ -5,6 +5,7 @@ The seeds' own mechanisms are checked claim by claim in test_seeds.py."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pinocchio as pin
 import pytest
 
 import ukjax
@@ -119,3 +120,37 @@ def test_composed_system_and_projection():
     phi, phid = csys.violation(0.0, q1, qd1)
     assert jnp.max(jnp.abs(phi)) < 1e-12 and jnp.max(jnp.abs(phid)) < 1e-12
     assert jnp.max(jnp.abs(csys.violation(0.0, q, qd)[0])) > 1e-2
+
+
+def test_log_cholesky_against_pinocchio():
+    """Any θ is a consistent body whose dynamic parameters are Pinocchio's; the map inverts."""
+    rng = np.random.default_rng(11)
+    for _ in range(5):
+        theta = rng.normal(size=10)
+        mass, com, inertia = models.from_log_cholesky(theta)
+        about_origin = inertia + mass * (com @ com * np.eye(3) - np.outer(com, com))
+        ours = [mass, *(mass * com), *(about_origin[i, j] for i, j in [(0, 0), (0, 1), (1, 1), (0, 2), (1, 2), (2, 2)])]
+        np.testing.assert_allclose(ours, pin.LogCholeskyParameters(theta).toDynamicParameters(), rtol=1e-12, atol=1e-12)
+        principal = np.linalg.eigvalsh(np.asarray(inertia))
+        assert mass > 0 and principal[0] > 0 and principal[0] + principal[1] >= principal[2] * (1 - 1e-12)
+        np.testing.assert_allclose(models.log_cholesky(mass, com, inertia), theta, atol=1e-12)
+
+
+def test_log_cholesky_chain_is_the_chain():
+    """A spatial 3-joint arm of boxes: the same dynamics through its log-Cholesky parameters;
+    the SCARA model's z-only inertias are no physical body and are refused."""
+    joints = [models.revolute((0, 0, 1), (0, 0, 0)), models.revolute((0, 1, 0), (0, 0, 0.3)), models.prismatic((1, 0, 0))]
+    frames = np.broadcast_to(np.eye(4), (3, 4, 4)).copy()
+    frames[:, :3, 3] = [[0, 0, 0.15], [0.2, 0, 0.3], [0.5, 0, 0.3]]
+    sides = RNG.uniform(0.05, 0.4, (3, 3))
+    masses = RNG.uniform(0.5, 2.0, 3)
+    boxes = [m / 12 * np.diag([b**2 + c**2, a**2 + c**2, a**2 + b**2]) for m, (a, b, c) in zip(masses, sides)]
+    chain = models.SerialChain(joints, frames, masses, np.stack(boxes))
+    consistent = models.LogCholeskyChain(chain)
+    q, qd = jnp.asarray(RNG.normal(size=3)), jnp.asarray(RNG.normal(size=3))
+    np.testing.assert_allclose(consistent.mass_matrix(0.0, q), chain.mass_matrix(0.0, q), atol=1e-12)
+    np.testing.assert_allclose(consistent.forces(0.0, q, qd), chain.forces(0.0, q, qd), atol=1e-12)
+    grad = jax.grad(lambda m: jnp.sum(m.mass_matrix(0.0, q)))(consistent).theta
+    assert jnp.all(jnp.isfinite(grad))
+    with pytest.raises(ValueError, match="not physically consistent"):
+        models.LogCholeskyChain(models.scara_chain())

@@ -10,7 +10,7 @@ and standard errors from `σ² (JᵀJ)⁺`.
 import math
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Literal
 
 import diffrax
@@ -331,7 +331,7 @@ def fit_least_squares(
     costs = [0.5 * float(r0 @ r0)]
     try:
         state = init(theta)
-        done, k = False, 0
+        done, k, result = False, 0, optx.RESULTS.successful
         while k < max_steps:
             done, result = terminate(theta, state)
             if bool(done):

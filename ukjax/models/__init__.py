@@ -22,4 +22,11 @@ from ._scara import (
     scara_chain as scara_chain,
     scara_reference as scara_reference,
 )
-from ._serial import SerialChain as SerialChain, prismatic as prismatic, revolute as revolute
+from ._serial import (
+    LogCholeskyChain as LogCholeskyChain,
+    SerialChain as SerialChain,
+    from_log_cholesky as from_log_cholesky,
+    log_cholesky as log_cholesky,
+    prismatic as prismatic,
+    revolute as revolute,
+)

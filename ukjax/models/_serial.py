@@ -132,3 +132,94 @@ class SerialChain(AbstractUnconstrainedSystem):
 
         _, M_rate = jax.jvp(lambda q: self.mass_matrix(t, q), (q,), (qd,))
         return jax.grad(kinetic)(q) - M_rate @ qd - jax.grad(potential)(q)
+
+
+def _reversed_cholesky(J: Float[Array, "4 4"]) -> Float[Array, "4 4"]:
+    """The upper-triangular `U` with `J = U Uᵀ`."""
+    return jnp.linalg.cholesky(J[::-1, ::-1])[::-1, ::-1]
+
+
+def log_cholesky(mass: Float[ArrayLike, ""], com: Float[ArrayLike, " 3"], inertia: Float[ArrayLike, "3 3"]) -> Float[Array, " 10"]:
+    """Log-Cholesky parameters of a rigid body's pseudo-inertia (Rucker & Wensing 2022).
+
+    The pseudo-inertia `J = [[Σ, m c], [m cᵀ, m]]`, `Σ = ∫ x xᵀ dm` about the frame's origin,
+    is positive definite exactly when the body is physically consistent. Writing
+    `J = U Uᵀ`, `U = e^α [[e^{d₁}, s₁₂, s₁₃, t₁], [0, e^{d₂}, s₂₃, t₂], [0, 0, e^{d₃}, t₃],
+    [0, 0, 0, 1]]`, every real `θ = (α, d₁, d₂, d₃, s₁₂, s₂₃, s₁₃, t₁, t₂, t₃)` is a
+    consistent body and every consistent body has one `θ`.
+
+    **Arguments:**
+
+    - `mass`, `com` (centre of mass in the frame), `inertia` (about the centre of mass, in the
+      frame's axes).
+
+    **Returns:**
+
+    `θ`, shape (10,).
+    """
+    mass, com, inertia = as_inexact(mass), as_inexact(com), as_inexact(inertia)
+    about_origin = inertia + mass * (com @ com * jnp.eye(3) - jnp.outer(com, com))
+    sigma = 0.5 * jnp.trace(about_origin) * jnp.eye(3) - about_origin
+    h = mass * com
+    J = jnp.block([[sigma, h[:, None]], [h[None, :], mass[None, None]]])
+    U = _reversed_cholesky(J)
+    scale = U[3, 3]
+    V = U / scale
+    return jnp.concatenate([jnp.log(scale)[None], jnp.log(jnp.diag(V)[:3]), jnp.stack([V[0, 1], V[1, 2], V[0, 2]]), V[:3, 3]])
+
+
+def from_log_cholesky(theta: Float[ArrayLike, " 10"]) -> tuple[Float[Array, ""], Float[Array, " 3"], Float[Array, "3 3"]]:
+    """The inverse of [`ukjax.models.log_cholesky`][]: `(mass, com, inertia about the centre
+    of mass)` of a physically consistent body, for any real `θ` (10,)."""
+    theta = as_inexact(theta)
+    alpha, d, s, t = theta[0], theta[1:4], theta[4:7], theta[7:10]
+    V = jnp.diag(jnp.concatenate([jnp.exp(d), jnp.ones(1, theta.dtype)]))
+    V = V.at[0, 1].set(s[0]).at[1, 2].set(s[1]).at[0, 2].set(s[2]).at[:3, 3].set(t)
+    U = jnp.exp(alpha) * V
+    J = U @ U.T
+    mass, com = J[3, 3], J[:3, 3] / J[3, 3]
+    about_origin = jnp.trace(J[:3, :3]) * jnp.eye(3) - J[:3, :3]
+    return mass, com, about_origin - mass * (com @ com * jnp.eye(3) - jnp.outer(com, com))
+
+
+class LogCholeskyChain(AbstractUnconstrainedSystem):
+    """A [`ukjax.models.SerialChain`][] whose links' inertial parameters are log-Cholesky
+    parameters (see [`ukjax.models.log_cholesky`][]): any value of `theta` is a physically
+    consistent set of masses, centres of mass and inertias, so an unconstrained fit
+    (`where=lambda m: m.theta`) cannot leave the physical set. Each link's parameters are
+    expressed in its centre-of-mass frame of `chain` at `q = 0`.
+
+    **Arguments:**
+
+    - `chain`: the geometry (joints, reference frames, gravity).
+    - `theta`: shape (n, 10); default: `chain`'s own inertial parameters.
+    """
+
+    chain: SerialChain
+    theta: Float[Array, "n 10"]
+
+    def __init__(self, chain: SerialChain, theta: Float[ArrayLike, "n 10"] | None = None):
+        self.chain = chain
+        if theta is None:
+            theta = jax.vmap(log_cholesky)(chain.masses, jnp.zeros(chain.masses.shape + (3,), chain.masses.dtype), chain.inertias)
+        self.theta = as_inexact(theta)
+        if not isinstance(self.theta, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(self.theta))):
+            raise ValueError(
+                "The chain's inertial parameters are not physically consistent (a pseudo-inertia that is "
+                "not positive definite: a mass ≤ 0, or principal inertias that break Iₐ + I_b ≥ I_c)."
+            )
+        if self.theta.shape != (chain.masses.shape[0], 10):
+            raise ValueError(f"theta must have shape ({chain.masses.shape[0]}, 10), got {self.theta.shape}.")
+
+    def physical(self) -> SerialChain:
+        """The chain with the inertial parameters `theta` stands for."""
+        masses, coms, inertias = jax.vmap(from_log_cholesky)(self.theta)
+        frames = self.chain.com_frames
+        frames = frames.at[:, :3, 3].add(jnp.einsum("iab,ib->ia", frames[:, :3, :3], coms))
+        return eqx.tree_at(lambda c: (c.com_frames, c.masses, c.inertias), self.chain, (frames, masses, inertias))
+
+    def mass_matrix(self, t, q):
+        return self.physical().mass_matrix(t, q)
+
+    def forces(self, t, q, qd):
+        return self.physical().forces(t, q, qd)
