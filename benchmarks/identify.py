@@ -110,6 +110,13 @@ def closed_chain(horizon: float) -> dict:
     )
 
 
+class Record(eqx.Module):
+    """A system and the positions measured of it."""
+
+    system: ukjax.AbstractSystem
+    measured: jax.Array
+
+
 def noise(draws: int, sigma: float, horizon: float = 1.5, seed: int = 0) -> dict:
     """Case 3: Gaussian noise of standard deviation `sigma` [rad] on the positions of case 1:
     the spread of the estimates over `draws` noise draws against the predicted standard
@@ -119,13 +126,18 @@ def noise(draws: int, sigma: float, horizon: float = 1.5, seed: int = 0) -> dict
     ts = jnp.linspace(0.0, horizon, round(20 * horizon) + 1)
     clean = ukjax.simulate(true, q0, qd0, 0.0, horizon, ts=ts, **TOL).q
     rng = np.random.default_rng(seed)
+
+    def residuals(record):  # one function and one `where` for every draw: compiled once
+        return ukjax.trajectory_residuals(record.system, q0, qd0, ts, record.measured, **TOL)
+
+    def where(record):
+        return inertial(record.system)
+
     estimates, predicted = [], []
     for _ in range(draws):
-        measured = clean + sigma * rng.normal(size=clean.shape)
-        res = ukjax.fit_least_squares(
-            lambda m: ukjax.trajectory_residuals(m, q0, qd0, ts, measured, **TOL), true, where=inertial, noise_std=sigma, progress=False
-        )
-        estimates.append(np.concatenate([np.ravel(x) for x in inertial(res.model)]))
+        record = Record(true, clean + sigma * rng.normal(size=clean.shape))
+        res = ukjax.fit_least_squares(residuals, record, where=where, noise_std=sigma, progress=False)
+        estimates.append(np.concatenate([np.ravel(x) for x in where(res.model)]))
         predicted.append(res.std)
     ratio = np.std(estimates, axis=0, ddof=1) / np.mean(predicted, axis=0)
     return dict(ratio_min=float(ratio.min()), ratio_max=float(ratio.max()), ratios=ratio)

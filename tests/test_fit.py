@@ -72,6 +72,11 @@ def test_inverse_dynamics_fit_agrees_with_regressor_least_squares():
     assert result["agreement"] < 1e-8 and result["error"] < 1e-6
 
 
+class Record(eqx.Module):
+    chain: models.PlanarChain
+    torques: jax.Array
+
+
 def test_predicted_standard_errors_match_the_spread():
     """Inverse dynamics of a free two-link arm from torques with Gaussian noise: the spread of
     the estimates over 20 draws against the predicted standard errors."""
@@ -84,16 +89,17 @@ def test_predicted_standard_errors_match_the_spread():
     q, qd, qdd = (jax.vmap(f)(ts) for f in (motion, jax.jacfwd(motion), jax.jacfwd(jax.jacfwd(motion))))
     tau = jax.vmap(lambda t, q, qd, qdd: chain.mass_matrix(t, q) @ qdd - chain.forces(t, q, qd))(ts, q, qd, qdd)
     sigma, rng = 0.05, np.random.default_rng(1)
+
+    def residuals(record):  # one function and one `where` for every draw: compiled once
+        return ukjax.torque_residuals(record.chain, ts, q, qd, qdd, record.torques)
+
+    def where(record):
+        return record.chain.masses, record.chain.inertias
+
     estimates, predicted = [], []
     for _ in range(20):
-        measured = tau + sigma * rng.normal(size=tau.shape)
-        res = ukjax.fit_least_squares(
-            lambda c: ukjax.torque_residuals(c, ts, q, qd, qdd, measured),
-            chain,
-            where=lambda c: (c.masses, c.inertias),
-            progress=False,
-        )
-        estimates.append(np.concatenate([res.model.masses, res.model.inertias]))
+        res = ukjax.fit_least_squares(residuals, Record(chain, tau + sigma * rng.normal(size=tau.shape)), where=where, progress=False)
+        estimates.append(np.concatenate(where(res.model)))
         predicted.append(res.std)
     ratio = np.std(estimates, axis=0, ddof=1) / np.mean(predicted, axis=0)
     assert np.all((0.6 < ratio) & (ratio < 1.5)), ratio

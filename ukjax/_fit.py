@@ -30,36 +30,45 @@ from ._systems import AbstractSystem, ConstrainedSystem
 Jac = Literal["fwd", "bwd"]
 
 
-class _Parameters:
-    """The leaves `where(model)` selects, as one flat vector and back."""
+class _Parameters(eqx.Module):
+    """The leaves `where(model)` selects, as one flat vector `θ` and back. A pytree: the same
+    `where` on a model of the same structure reuses compiled fits."""
 
-    def __init__(self, model, where: Callable, positive: bool):
-        selected = where(model)
-        self.single = not isinstance(selected, (tuple, list))
-        leaves = (selected,) if self.single else tuple(selected)
-        for k, leaf in enumerate(leaves):
-            if not (eqx.is_array(leaf) and jnp.issubdtype(leaf.dtype, jnp.inexact)):
-                raise TypeError(
-                    f"where selected a {type(leaf).__name__} (leaf {k}); the parameters to fit must be "
-                    "floating-point arrays (give the model's parameters as jnp arrays of floats)."
-                )
-        self.model0, self.where, self.positive = model, where, positive
-        self.shapes = [leaf.shape for leaf in leaves]
-        self.sizes = [leaf.size for leaf in leaves]
-        values = jnp.concatenate([jnp.ravel(leaf) for leaf in leaves])
-        if positive and not bool(jnp.all(values > 0)):
-            raise ValueError("positive=True fits logarithms, but some selected parameters are not positive.")
-        self.theta0 = jnp.log(values) if positive else values
-        self.names = _names(model, leaves)
+    model0: PyTree
+    where: Callable = eqx.field(static=True)
+    positive: bool = eqx.field(static=True)
+    single: bool = eqx.field(static=True)
+    shapes: tuple[tuple[int, ...], ...] = eqx.field(static=True)
 
     def values(self, theta: Float[Array, " p"]) -> Float[Array, " p"]:
         return jnp.exp(theta) if self.positive else theta
 
     def model(self, theta: Float[Array, " p"]):
-        parts = jnp.split(self.values(theta), np.cumsum(self.sizes)[:-1])
+        sizes = [math.prod(shape) for shape in self.shapes]
+        parts = jnp.split(self.values(theta), np.cumsum(sizes)[:-1])
         leaves = [part.reshape(shape) for part, shape in zip(parts, self.shapes)]
-        where = (lambda m: (self.where(m),)) if self.single else (lambda m: tuple(self.where(m)))
-        return eqx.tree_at(where, self.model0, leaves)
+        return eqx.tree_at(self._selected, self.model0, leaves)
+
+    def _selected(self, model) -> tuple:
+        return (self.where(model),) if self.single else tuple(self.where(model))
+
+
+def _parameters(model, where: Callable, positive: bool) -> tuple[_Parameters, Float[Array, " p"], tuple[str, ...]]:
+    """`_Parameters`, the starting `θ` and the names of its entries, with the checks."""
+    selected = where(model)
+    single = not isinstance(selected, (tuple, list))
+    leaves = (selected,) if single else tuple(selected)
+    for k, leaf in enumerate(leaves):
+        if not (eqx.is_array(leaf) and jnp.issubdtype(leaf.dtype, jnp.inexact)):
+            raise TypeError(
+                f"where selected a {type(leaf).__name__} (leaf {k}); the parameters to fit must be "
+                "floating-point arrays (give the model's parameters as jnp arrays of floats)."
+            )
+    values = jnp.concatenate([jnp.ravel(leaf) for leaf in leaves])
+    if positive and not bool(jnp.all(values > 0)):
+        raise ValueError("positive=True fits logarithms, but some selected parameters are not positive.")
+    params = _Parameters(model, where, positive, single, tuple(leaf.shape for leaf in leaves))
+    return params, jnp.log(values) if positive else values, _names(model, leaves)
 
 
 def _names(model, leaves) -> tuple[str, ...]:
@@ -184,7 +193,7 @@ def fit(
 
     A [`ukjax.FitResult`][].
     """
-    params = _Parameters(model, where, positive)
+    params, theta0, _ = _parameters(model, where, positive)
 
     def objective(theta):
         return loss(params.model(theta))
@@ -192,7 +201,7 @@ def fit(
     if jac == "fwd":
         objective = _forward_gradient(objective)
     opt = optax.with_extra_args_support(optax.lbfgs() if optimizer is None else optimizer)
-    state = opt.init(params.theta0)
+    state = opt.init(theta0)
     try:
         cached = optax.tree.get(state, "value") is not None
     except (KeyError, ValueError):
@@ -205,7 +214,7 @@ def fit(
         updates, state = opt.update(grad, state, theta, value=value, grad=grad, value_fn=objective)
         return optax.apply_updates(theta, updates), state, value
 
-    theta, losses = params.theta0, []
+    theta, losses = theta0, []
     meter = _Progress(steps, "fit", progress)
     why = "step limit"
     try:
@@ -271,6 +280,42 @@ class LeastSquaresResult(eqx.Module):
         return " ".join(f"{direction[j]:+.3f}·{self.names[j]}" for j in order if abs(direction[j]) >= 0.01)
 
 
+class _Residuals(eqx.Module):
+    """`θ ↦ (flattened residuals, no aux)` in optimistix's form; a pytree, so that fits of the
+    same `residuals` and `where` on new data or starts compile once."""
+
+    params: _Parameters
+    residuals: Callable = eqx.field(static=True)
+
+    def __call__(self, theta, args=None):
+        return jnp.ravel(self.residuals(self.params.model(theta))), None
+
+
+@eqx.filter_jit
+def _evaluate(fn, theta):
+    return fn(theta)[0]
+
+
+@eqx.filter_jit
+def _init(solver, fn, theta, options, f_struct):
+    return solver.init(fn, theta, None, options, f_struct, None, frozenset())
+
+
+@eqx.filter_jit
+def _step(solver, fn, theta, state, options):
+    return solver.step(fn, theta, None, options, state, frozenset())
+
+
+@eqx.filter_jit
+def _terminate(solver, fn, theta, state, options):
+    return solver.terminate(fn, theta, None, options, state, frozenset())
+
+
+@eqx.filter_jit
+def _jacobian(fn, theta, jac):
+    return (jax.jacfwd if jac == "fwd" else jax.jacrev)(lambda theta: fn(theta)[0])(theta)
+
+
 def fit_least_squares(
     residuals: Callable[[Any], Float[Array, "..."]],
     model: PyTree,
@@ -309,48 +354,37 @@ def fit_least_squares(
 
     A [`ukjax.LeastSquaresResult`][].
     """
-    params = _Parameters(model, where, positive)
-
-    def flat(theta):
-        return jnp.ravel(residuals(params.model(theta)))
-
-    def fn(theta, args):
-        return flat(theta), None
-
+    params, theta, names = _parameters(model, where, positive)
+    fn = _Residuals(params, residuals)
     solver = optx.LevenbergMarquardt(rtol=1e-10, atol=1e-10) if solver is None else solver
-    options, tags = {"jac": jac}, frozenset()
-    theta = params.theta0
-    r0 = jax.jit(flat)(theta)
+    options = {"jac": jac}
+    r0 = _evaluate(fn, theta)
     if not bool(jnp.all(jnp.isfinite(r0))):
         raise ValueError("The residuals are not finite at the starting parameters; check the start and the data.")
-    init = eqx.filter_jit(lambda theta: solver.init(fn, theta, None, options, jax.eval_shape(lambda: r0), None, tags))
-    step = eqx.filter_jit(lambda theta, state: solver.step(fn, theta, None, options, state, tags))
-    terminate = eqx.filter_jit(lambda theta, state: solver.terminate(fn, theta, None, options, state, tags))
     meter = _Progress(max_steps, "least squares", progress)
-    evaluate = jax.jit(flat)
     costs = [0.5 * float(r0 @ r0)]
     try:
-        state = init(theta)
+        state = _init(solver, fn, theta, options, jax.ShapeDtypeStruct(r0.shape, r0.dtype))
         done, k, result = False, 0, optx.RESULTS.successful
         while k < max_steps:
-            done, result = terminate(theta, state)
+            done, result = _terminate(solver, fn, theta, state, options)
             if bool(done):
                 break
-            theta, state, _ = step(theta, state)
+            theta, state, _ = _step(solver, fn, theta, state, options)
             k += 1
             # Gauss–Newton-type solvers carry the residual of the last accepted point.
-            r = state.f_info.residual if hasattr(state, "f_info") else evaluate(theta)
+            r = state.f_info.residual if hasattr(state, "f_info") else _evaluate(fn, theta)
             costs.append(0.5 * float(jnp.sum(r**2)))
             meter.update(k, costs[-1])
-        jacobian = jax.jit(jax.jacfwd(flat) if jac == "fwd" else jax.jacrev(flat))(theta)
+        jacobian = _jacobian(fn, theta, jac)
     except (TypeError, ValueError) as error:
         raise _explain_mode(error, jac) from error
     success = bool(done) and result == optx.RESULTS.successful
-    r = np.asarray(evaluate(theta))
+    r = np.asarray(_evaluate(fn, theta))
     cost = 0.5 * float(r @ r)
     meter.close(k, cost, "converged" if success else "stopped")
     stats = _statistics(np.asarray(jacobian), np.asarray(params.values(theta)), positive, r, noise_std, rank_rtol)
-    res = LeastSquaresResult(params.model(theta), cost, np.asarray(costs), k, success, params.names, *stats)
+    res = LeastSquaresResult(params.model(theta), cost, np.asarray(costs), k, success, names, *stats)
     if res.rank < len(res.names):
         directions = "; ".join(res.describe(v) for v in res.unidentifiable)
         warnings.warn(
