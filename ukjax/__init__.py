@@ -1,6 +1,7 @@
 """ukjax: differentiable constrained multibody dynamics by the Udwadia–Kalaba equation."""
 
 from . import models as models
+from ._batch import simulate_batch as simulate_batch
 from ._constraints import (
     AbstractConstraint as AbstractConstraint,
     AbstractHolonomic as AbstractHolonomic,

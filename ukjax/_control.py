@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from . import _linalg as la
 from ._constraints import AbstractConstraint, Baumgarte, stack_rows
 from ._core import UKSolution, sqrt_eps
 from ._systems import AbstractSystem, ConstrainedSystem, ConstraintLevel, Dynamics, solve_dynamics
@@ -108,7 +109,7 @@ class ServoControl(eqx.Module):
         PB = _input_map(d, self.actuation)
         G = servo.A @ (PB if self.exact else _input_map(d._replace(levels=()), self.actuation))
         r = servo.b - servo.A @ a
-        G_pinv = jnp.linalg.pinv(G)
+        G_pinv = la.pinv(G)
         u = G_pinv @ r
         if self.nullspace is not None:
             s = jnp.asarray(self.nullspace(t, q, qd))

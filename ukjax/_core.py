@@ -12,8 +12,9 @@ from typing import Literal, NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 from jaxtyping import Array, ArrayLike, Bool, Float
+
+from . import _linalg as la
 
 Method = Literal["svd", "cholesky"]
 METHODS = ("svd", "cholesky")
@@ -75,9 +76,9 @@ def mass_check(M: Float[Array, "n n"], L: Float[Array, "n n"]) -> Bool[Array, ""
 
 def free_solve(M: Float[Array, "n n"], Q: Float[Array, " n"]) -> UKSolution:
     """`q̈ = M⁻¹Q` for a system without constraints, with the same diagnostics as `uk_solve`."""
-    L = jnp.linalg.cholesky(M)
+    L = la.cholesky(M)
     true = jnp.array(True)
-    return UKSolution(jsl.cho_solve((L, True), Q), jnp.zeros_like(Q), jnp.zeros((), Q.dtype), mass_check(M, L), true)
+    return UKSolution(la.cho_solve(L, Q), jnp.zeros_like(Q), jnp.zeros((), Q.dtype), mass_check(M, L), true)
 
 
 def uk_solve(
@@ -89,12 +90,12 @@ def uk_solve(
     method: Method,
 ) -> UKSolution:
     """The U-K solve without runtime checks (its failures are reported in the result)."""
-    L = jnp.linalg.cholesky(M)
-    a = jsl.cho_solve((L, True), Q)
-    B = jsl.solve_triangular(L, A.T, lower=True).T  # A L⁻ᵀ
+    L = la.cholesky(M)
+    a = la.cho_solve(L, Q)
+    B = la.solve_lower(L, A.T).T  # A L⁻ᵀ
     e = b - A @ a
     if method == "svd":
-        B_pinv = jnp.linalg.pinv(B)
+        B_pinv = la.pinv(B)
         rank_ok = jnp.array(True)
 
         def pinv_apply(r):
@@ -105,18 +106,18 @@ def uk_solve(
         # decided by a tolerance rather than by whether rounding leaves a pivot positive.
         gram = B @ B.T
         norms = jnp.sqrt(jnp.diag(gram))
-        G = jnp.linalg.cholesky(gram / norms[:, None] / norms[None, :])
+        G = la.cholesky(gram / norms[:, None] / norms[None, :])
         rank_ok = jnp.all(jnp.diag(G) ** 2 > rank_tolerance(A.shape[0], G.dtype))
 
         def pinv_apply(r):
-            return B.T @ (jsl.cho_solve((G, True), r / norms) / norms)
+            return B.T @ (la.cho_solve(G, r / norms) / norms)
 
     z_ideal = pinv_apply(e)
     z = z_ideal
     if c is not None:
-        y = jsl.solve_triangular(L, c, lower=True)
+        y = la.solve_lower(L, c)
         z = z + y - pinv_apply(B @ y)
-    qdd = a + jsl.solve_triangular(L.T, z, lower=False)
+    qdd = a + la.solve_lower(L, z, transpose=True)
     residual = B @ z_ideal - e
     scale = jnp.linalg.norm(e) + jnp.linalg.norm(B) * jnp.linalg.norm(z_ideal)
     inconsistency = jnp.linalg.norm(residual) / jnp.where(scale > 0, scale, 1)

@@ -1,0 +1,128 @@
+"""Batches of simulations over every device: `vmap` inside a device, `shard_map` across them."""
+
+from collections.abc import Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
+from jaxtyping import ArrayLike, Float, Real
+
+from ._simulate import Solution, simulate
+from ._systems import AbstractSystem
+
+_AXIS = "batch"
+
+
+def _leaf_axes(system: AbstractSystem, system_axes: Any) -> AbstractSystem:
+    """`system_axes` (a prefix of `system`, as `vmap`'s `in_axes`) broadcast to every leaf."""
+    try:
+        return jax.tree.broadcast(system_axes, system, is_leaf=lambda x: x is None)
+    except ValueError as error:
+        raise ValueError(
+            "system_axes must be None, an integer, or a pytree prefix of the system with an "
+            f"integer or None per part (as jax.vmap's in_axes): {error}"
+        ) from None
+
+
+def _pad(x: jax.Array, size: int) -> jax.Array:
+    # Repeat the last member: padding is then a valid simulation, never a NaN that trips
+    # a status or a slow path.
+    return jnp.concatenate([x, jnp.repeat(x[-1:], size - x.shape[0], axis=0)])
+
+
+# Numbers among `simulate`'s options: passed as arrays, so that new values do not recompile.
+_NUMERIC = ("ts", "rtol", "atol", "dt0")
+
+
+@eqx.filter_jit
+def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh):
+    def local(arrays, q0, qd0, times, numeric):
+        def one(arrays, q0, qd0):
+            system = eqx.combine(arrays, static)
+            return simulate(system, q0, qd0, *times, throw=False, **numeric, **options)
+
+        return jax.vmap(one, in_axes=(axes, 0, 0))(arrays, q0, qd0)
+
+    specs = jax.tree.map(lambda axis: PartitionSpec() if axis is None else PartitionSpec(_AXIS), axes, is_leaf=lambda x: x is None)
+    sharded = jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(specs, PartitionSpec(_AXIS), PartitionSpec(_AXIS), PartitionSpec(), PartitionSpec()),
+        out_specs=PartitionSpec(_AXIS),
+        check_vma=False,
+    )
+    return sharded(arrays, q0, qd0, times, numeric)
+
+
+def simulate_batch(
+    system: AbstractSystem,
+    q0: Float[ArrayLike, "batch n"],
+    qd0: Float[ArrayLike, "batch n"],
+    t0: Real[ArrayLike, ""],
+    t1: Real[ArrayLike, ""],
+    *,
+    system_axes: Any = None,
+    devices: Sequence[jax.Device] | None = None,
+    **simulate_kwargs,
+) -> Solution:
+    """Simulate a batch on every device: `vmap` within a device, `shard_map` across devices.
+
+    The batch is split evenly over `devices` (padded with copies of its last member, which are
+    dropped again). Each member gets its own `status`: a failed member is marked and the others
+    are kept, so nothing raises. Compiled once per batch shape, system structure and devices.
+    On CPU, split the cores into devices before importing jax (see the README's "Batches").
+
+    **Arguments:**
+
+    - `system`: any ukjax system.
+    - `q0`, `qd0`: initial coordinates and velocities, shape `(batch, n)`.
+    - `t0`, `t1`: start and end times, shared by the batch.
+    - `system_axes`: which of the system's leaves carry the batch, as `jax.vmap`'s `in_axes`
+      for it (None: one system for the whole batch; `0`: every array leaf has a leading batch
+      axis; or a pytree prefix of the system, e.g. from `eqx.tree_at`).
+    - `devices`: the devices to use (default `jax.devices()`, all of the default backend).
+    - `**simulate_kwargs`: passed on to [`ukjax.simulate`][] (`ts`, `solver`, `dt0`, `adaptive`,
+      `rtol`, ...); not `throw` or `progress_meter`.
+
+    **Returns:**
+
+    A [`ukjax.Solution`][] whose arrays have a leading batch axis, as `jax.vmap` of `simulate`
+    would give.
+    """
+    if not isinstance(system, AbstractSystem):
+        raise TypeError(f"system must be a ukjax system, got {type(system).__name__}.")
+    for name in ("throw", "progress_meter"):
+        if name in simulate_kwargs:
+            raise TypeError(f"simulate_batch takes no {name}: each member's outcome is in Solution.status.")
+    q0 = jnp.asarray(q0)
+    qd0 = jnp.asarray(qd0, dtype=q0.dtype)
+    if q0.ndim != 2 or q0.shape != qd0.shape or q0.shape[0] == 0:
+        raise ValueError(f"q0 and qd0 must both have shape (batch, n) with batch ≥ 1; got {q0.shape} and {qd0.shape}.")
+    devices = tuple(jax.devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("devices must name at least one device.")
+    batch = q0.shape[0]
+    size = -(-batch // len(devices)) * len(devices)
+
+    arrays, static = eqx.partition(system, eqx.is_array)
+    axes = _leaf_axes(arrays, system_axes)
+
+    def to_front(x, axis):
+        if axis is None:
+            return x
+        x = jnp.moveaxis(x, axis, 0)
+        if x.shape[0] != batch:
+            raise ValueError(f"A system leaf batched by system_axes has {x.shape[0]} members; q0 has {batch}.")
+        return _pad(x, size)
+
+    arrays = jax.tree.map(to_front, arrays, axes, is_leaf=lambda x: x is None)
+    axes = jax.tree.map(lambda axis: None if axis is None else 0, axes, is_leaf=lambda x: x is None)
+    times = (jnp.asarray(t0, q0.dtype), jnp.asarray(t1, q0.dtype))
+    numeric = {k: jnp.asarray(v, q0.dtype) for k, v in simulate_kwargs.items() if k in _NUMERIC and v is not None}
+    options = {k: v for k, v in simulate_kwargs.items() if k not in numeric}
+    mesh = Mesh(np.array(devices), (_AXIS,))
+    solution = _run(arrays, static, axes, _pad(q0, size), _pad(qd0, size), times, numeric, options, mesh)
+    return jax.tree.map(lambda x: x[:batch], solution)
