@@ -1,5 +1,6 @@
 """Batches of simulations over every device: `vmap` inside a device, `shard_map` across them."""
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,6 +11,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 from jaxtyping import ArrayLike, Float, Real
 
+from . import _linalg as la
 from ._simulate import Solution, simulate
 from ._systems import AbstractSystem
 
@@ -25,6 +27,16 @@ def _leaf_axes(system: AbstractSystem, system_axes: Any) -> AbstractSystem:
             "system_axes must be None, an integer, or a pytree prefix of the system with an "
             f"integer or None per part (as jax.vmap's in_axes): {error}"
         ) from None
+
+
+def _uses_lapack(system: AbstractSystem, q: jax.Array) -> bool:
+    """Whether the system's U-K solve is larger than the unrolled kernels handle."""
+    def sizes(t, q):
+        d = system.dynamics(t, q, q)
+        return d.M, [level.rows.A for level in d.levels]
+
+    M, rows = jax.eval_shape(sizes, jnp.zeros((), q.dtype), q)
+    return not la.unrolled(M.shape[0], *(A.shape[0] for A in rows))
 
 
 def _pad(x: jax.Array, size: int) -> jax.Array:
@@ -105,7 +117,6 @@ def simulate_batch(
     if not devices:
         raise ValueError("devices must name at least one device.")
     batch = q0.shape[0]
-    size = -(-batch // len(devices)) * len(devices)
 
     arrays, static = eqx.partition(system, eqx.is_array)
     axes = _leaf_axes(arrays, system_axes)
@@ -116,10 +127,22 @@ def simulate_batch(
         x = jnp.moveaxis(x, axis, 0)
         if x.shape[0] != batch:
             raise ValueError(f"A system leaf batched by system_axes has {x.shape[0]} members; q0 has {batch}.")
-        return _pad(x, size)
+        return x
 
     arrays = jax.tree.map(to_front, arrays, axes, is_leaf=lambda x: x is None)
     axes = jax.tree.map(lambda axis: None if axis is None else 0, axes, is_leaf=lambda x: x is None)
+    first = jax.tree.map(lambda x, axis: x if axis is None else x[0], arrays, axes, is_leaf=lambda x: x is None)
+    if len(devices) > 1 and devices[0].platform == "cpu" and _uses_lapack(eqx.combine(first, static), q0[0]):
+        # Observed with jax 0.10.2: LAPACK calls (the route above la.UNROLL_MAX) on several
+        # CPU devices at once can hang the process.
+        warnings.warn(
+            f"This system's matrices are larger than the unrolled kernels' limit ({la.UNROLL_MAX}); "
+            "LAPACK on several CPU devices at once can hang, so simulate_batch runs on one device.",
+            stacklevel=2,
+        )
+        devices = devices[:1]
+    size = -(-batch // len(devices)) * len(devices)
+    arrays = jax.tree.map(lambda x, axis: x if axis is None else _pad(x, size), arrays, axes, is_leaf=lambda x: x is None)
     times = (jnp.asarray(t0, q0.dtype), jnp.asarray(t1, q0.dtype))
     numeric = {k: jnp.asarray(v, q0.dtype) for k, v in simulate_kwargs.items() if k in _NUMERIC and v is not None}
     options = {k: v for k, v in simulate_kwargs.items() if k not in numeric}

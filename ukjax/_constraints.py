@@ -30,6 +30,13 @@ def _time_derivative(fn, t, q, qd):
     return jax.jvp(fn, (t, q, qd), (jnp.ones_like(t), qd, jnp.zeros_like(qd)))
 
 
+def _jacobian(fn, q):
+    """`∂f/∂q` as one JVP per column. `jax.jacfwd` would `vmap` them, which under an outer
+    `vmap` gives small minor axes that XLA does not fuse with the model's scalar code."""
+    basis = jnp.eye(q.shape[0], dtype=q.dtype)
+    return jnp.stack([jax.jvp(fn, (q,), (basis[j],))[1] for j in range(q.shape[0])], axis=-1)
+
+
 def _as_rows(x, name: str) -> Array:
     x = jnp.asarray(x)
     if x.ndim > 1:
@@ -68,8 +75,7 @@ class AbstractHolonomic(AbstractConstraint):
             return jax.jvp(phi, (t, q), (jnp.ones_like(t), qd))
 
         (value, rate), (_, accel_free) = _time_derivative(phi_and_rate, t, q, qd)
-        A = jax.jacfwd(phi, argnums=1)(t, q)
-        return ConstraintRows(A, -accel_free, value, rate)
+        return ConstraintRows(_jacobian(lambda q: phi(t, q), q), -accel_free, value, rate)
 
 
 class AbstractNonholonomic(AbstractConstraint):
@@ -87,7 +93,7 @@ class AbstractNonholonomic(AbstractConstraint):
             return _as_rows(self.residual(t, q, qd), f"{type(self).__name__} residual")
 
         value, accel_free = _time_derivative(psi, t, q, qd)
-        A = jax.jacfwd(psi, argnums=2)(t, q, qd)
+        A = _jacobian(lambda qd: psi(t, q, qd), qd)
         return ConstraintRows(A, -accel_free, jnp.zeros_like(value), value)
 
 

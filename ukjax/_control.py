@@ -8,9 +8,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-from . import _linalg as la
 from ._constraints import AbstractConstraint, Baumgarte, stack_rows
-from ._core import UKSolution, sqrt_eps
+from ._core import UKSolution, projected_solve, sqrt_eps
 from ._systems import AbstractSystem, ConstrainedSystem, ConstraintLevel, Dynamics, solve_dynamics
 
 
@@ -109,12 +108,9 @@ class ServoControl(eqx.Module):
         PB = _input_map(d, self.actuation)
         G = servo.A @ (PB if self.exact else _input_map(d._replace(levels=()), self.actuation))
         r = servo.b - servo.A @ a
-        G_pinv = la.pinv(G)
-        u = G_pinv @ r
-        if self.nullspace is not None:
-            s = jnp.asarray(self.nullspace(t, q, qd))
-            u = u + s - G_pinv @ (G @ s)
-        residual = G @ (G_pinv @ r) - r
+        s = None if self.nullspace is None else jnp.asarray(self.nullspace(t, q, qd))
+        u_ideal, u = projected_solve(G, r, s, robust=True)
+        residual = G @ u_ideal - r
         scale = jnp.linalg.norm(r) + jnp.linalg.norm(G) * jnp.linalg.norm(u)
         unachievable = jnp.linalg.norm(residual) / jnp.where(scale > 0, scale, 1)
         return ServoSolution(u, a + PB @ u, unachievable, passive)

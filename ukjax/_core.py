@@ -81,6 +81,16 @@ def free_solve(M: Float[Array, "n n"], Q: Float[Array, " n"]) -> UKSolution:
     return UKSolution(la.cho_solve(L, Q), jnp.zeros_like(Q), jnp.zeros((), Q.dtype), mass_check(M, L), true)
 
 
+def projected_solve(B, e, y, robust: bool):
+    """`(B⁺ e, B⁺ e + (I − B⁺B) y)`: the minimum-norm solution of `B z = e`, and the one
+    closest to `y` (the second is the first when `y` is None)."""
+    if y is None:
+        z = la.pinv_solve(B, e[:, None], robust)[:, 0]
+        return z, z
+    Z = la.pinv_solve(B, jnp.stack([e, B @ y], axis=1), robust)
+    return Z[:, 0], Z[:, 0] + y - Z[:, 1]
+
+
 def uk_solve(
     M: Float[Array, "n n"],
     Q: Float[Array, " n"],
@@ -95,28 +105,13 @@ def uk_solve(
     B = la.solve_lower(L, A.T).T  # A L⁻ᵀ
     e = b - A @ a
     if method == "svd":
-        B_pinv = la.pinv(B)
         rank_ok = jnp.array(True)
-
-        def pinv_apply(r):
-            return B_pinv @ r
     else:
         # (B Bᵀ)⁻¹ exists only for full row rank; its condition number is that of B squared.
         # Normalising the rows first makes the pivots angles, so that rank deficiency is
         # decided by a tolerance rather than by whether rounding leaves a pivot positive.
-        gram = B @ B.T
-        norms = jnp.sqrt(jnp.diag(gram))
-        G = la.cholesky(gram / norms[:, None] / norms[None, :])
-        rank_ok = jnp.all(jnp.diag(G) ** 2 > rank_tolerance(A.shape[0], G.dtype))
-
-        def pinv_apply(r):
-            return B.T @ (la.cho_solve(G, r / norms) / norms)
-
-    z_ideal = pinv_apply(e)
-    z = z_ideal
-    if c is not None:
-        y = la.solve_lower(L, c)
-        z = z + y - pinv_apply(B @ y)
+        rank_ok = la.gram_factor(B).min_pivot2() > rank_tolerance(A.shape[0], B.dtype)
+    z_ideal, z = projected_solve(B, e, None if c is None else la.solve_lower(L, c), method == "svd")
     qdd = a + la.solve_lower(L, z, transpose=True)
     residual = B @ z_ideal - e
     scale = jnp.linalg.norm(e) + jnp.linalg.norm(B) * jnp.linalg.norm(z_ideal)

@@ -2,60 +2,95 @@
 
 On CPU, XLA runs each LAPACK call (`potrf`, `trsm`, `gesdd`) once per matrix of a batch, in a
 loop, and never fuses it with the code around it. The matrices of mechanisms are small (a
-dozen rows), so below `UNROLL_MAX` rows the factorizations here are unrolled into scalar
+dozen rows), so up to `UNROLL_MAX` rows the factorizations here are unrolled into scalar
 operations at trace time: under `vmap` each becomes one elementwise operation over the batch,
 and XLA fuses the whole solve into a few loops. Above it, LAPACK, so that compile time stays
 bounded.
 """
 
+import functools
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 import jax.scipy.linalg as jsl
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 # Largest matrix side that is unrolled; chosen by measurement (benchmarks/kernels.py).
 UNROLL_MAX = 16
-# Sweeps of the one-sided Jacobi SVD: it converges quadratically, in 5–10 sweeps for these
-# sizes; the cap only bounds a NaN input's loop.
+# The one-sided Jacobi SVD converges quadratically, in 5–10 sweeps at these sizes; the cap
+# only bounds a NaN input's loop.
 _MAX_SWEEPS = 30
+# Smallest squared pivot of the row-normalised Gram factor for which `pinv` takes the
+# Cholesky route: every row then makes an angle of at least 6° with the span of the others,
+# the rows' condition number is below about 10 p, and squaring it costs at most two of the
+# sixteen digits. Anything closer to dependent goes to the Jacobi SVD.
+_WELL_CONDITIONED = 1e-2
+
+Scalars = list  # a vector as a list of scalar arrays
+Matrix = list  # a matrix as a list of rows of scalar arrays
 
 
-def _unrolled(*sizes: int) -> bool:
+def unrolled(*sizes: int) -> bool:
+    """Whether matrices of these sides are handled by the unrolled kernels."""
     return max(sizes) <= UNROLL_MAX
 
 
-def _columns(X: Array) -> list[Array]:
-    return [X[..., j] for j in range(X.shape[-1])]
+def _entries(X: Array) -> Matrix:
+    return [[X[i, j] for j in range(X.shape[1])] for i in range(X.shape[0])]
+
+
+def _array(X: Matrix) -> Array:
+    return jnp.stack([jnp.stack(row) for row in X])
+
+
+def _dot(x: Scalars, y: Scalars):
+    return sum((a * b for a, b in zip(x, y)), start=0.0)
+
+
+def _cholesky(M: Matrix) -> Matrix:
+    n = len(M)
+    L = [[0.0 * M[0][0]] * n for _ in range(n)]
+    for j in range(n):
+        L[j][j] = jnp.sqrt(M[j][j] - _dot(L[j][:j], L[j][:j]))
+        for i in range(j + 1, n):
+            L[i][j] = (M[i][j] - _dot(L[i][:j], L[j][:j])) / L[j][j]
+    return L
+
+
+def _forward(L: Matrix, b: Scalars) -> Scalars:
+    x = []
+    for i in range(len(L)):
+        x.append((b[i] - _dot(L[i][:i], x)) / L[i][i])
+    return x
+
+
+def _backward(L: Matrix, b: Scalars) -> Scalars:
+    n = len(L)
+    x = [None] * n
+    for i in range(n - 1, -1, -1):
+        x[i] = (b[i] - _dot([L[k][i] for k in range(i + 1, n)], x[i + 1 :])) / L[i][i]
+    return x
 
 
 def cholesky(M: Float[Array, "n n"]) -> Float[Array, "n n"]:
     """Lower Cholesky factor `L` of `M = L Lᵀ` from `M`'s lower triangle; NaN where `M` is not
     positive definite (as LAPACK's)."""
-    n = M.shape[-1]
-    if not _unrolled(n):
+    if not unrolled(M.shape[0]):
         return jnp.linalg.cholesky(M)
-    L = [[None] * n for _ in range(n)]
-    for j in range(n):
-        diagonal = jnp.sqrt(M[j, j] - sum((L[j][k] ** 2 for k in range(j)), start=0.0))
-        L[j][j] = diagonal
-        for i in range(j + 1, n):
-            L[i][j] = (M[i, j] - sum((L[i][k] * L[j][k] for k in range(j)), start=0.0)) / diagonal
-    zero = jnp.zeros_like(M[0, 0])
-    return jnp.stack([jnp.stack([zero if x is None else x for x in row]) for row in L])
+    return _array(_cholesky(_entries(M)))
 
 
 def solve_lower(L: Float[Array, "n n"], B: Float[Array, "n *k"], *, transpose: bool = False) -> Float[Array, "n *k"]:
     """`L⁻¹ B`, or `L⁻ᵀ B` with `transpose=True`, for lower triangular `L`."""
-    n = L.shape[-1]
-    if not _unrolled(n):
+    if not unrolled(L.shape[0]):
         return jsl.solve_triangular(L, B, lower=True, trans=1 if transpose else 0)
-    x = [None] * n
-    order = range(n - 1, -1, -1) if transpose else range(n)
-    for i in order:
-        done = range(i + 1, n) if transpose else range(i)
-        coefficient = (lambda k: L[k, i]) if transpose else (lambda k: L[i, k])
-        x[i] = (B[i] - sum((coefficient(k) * x[k] for k in done), start=0.0)) / L[i, i]
-    return jnp.stack(x)
+    solve = _backward if transpose else _forward
+    Ls = _entries(L)
+    if B.ndim == 1:
+        return jnp.stack(solve(Ls, [B[i] for i in range(B.shape[0])]))
+    return jnp.stack([jnp.stack(solve(Ls, [B[i, j] for i in range(B.shape[0])])) for j in range(B.shape[1])], axis=1)
 
 
 def cho_solve(L: Float[Array, "n n"], B: Float[Array, "n *k"]) -> Float[Array, "n *k"]:
@@ -63,69 +98,154 @@ def cho_solve(L: Float[Array, "n n"], B: Float[Array, "n *k"]) -> Float[Array, "
     return solve_lower(L, solve_lower(L, B), transpose=True)
 
 
-def _jacobi_pinv(B: Float[Array, "p n"]) -> Float[Array, "n p"]:
-    # One-sided (Hestenes) Jacobi: rotate the columns x_i of Bᵀ until they are orthogonal,
-    # Bᵀ V = W. Then B⁺ = W diag(σ⁻²) Vᵀ with σᵢ = ‖wᵢ‖. Working on B itself, not B Bᵀ,
-    # keeps the accuracy of an SVD (the condition number is not squared).
+class GramFactor(NamedTuple):
+    """`B Bᵀ = D G Gᵀ D` with `D` the rows' norms: `G` is the Cholesky factor of the
+    row-normalised Gram matrix, whose pivots are the sines of the angles between each row and
+    the span of the rows before it."""
+
+    norms: Float[Array, " p"]
+    G: Float[Array, "p p"]
+
+    def min_pivot2(self) -> Float[Array, ""]:
+        """The smallest squared pivot (NaN where the factorization broke down)."""
+        return jnp.min(jnp.diagonal(self.G) ** 2)
+
+
+def gram_factor(B: Float[Array, "p n"]) -> GramFactor:
+    """The Cholesky factor of `B`'s row-normalised Gram matrix (zero rows count as dependent)."""
+    norms = jnp.sqrt(jnp.sum(B * B, axis=1))
+    norms = jnp.where(norms > 0, norms, 1)
+    rows = _entries(B / norms[:, None])
+    p = B.shape[0]
+    if not unrolled(*B.shape):
+        gram = (B / norms[:, None]) @ (B / norms[:, None]).T
+        return GramFactor(norms, jnp.linalg.cholesky(gram))
+    gram = [[_dot(rows[i], rows[j]) for j in range(p)] for i in range(p)]
+    return GramFactor(norms, _array(_cholesky(gram)))
+
+
+def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array, Array]:
+    """One-sided (Hestenes) Jacobi SVD: rotate the columns of `Bᵀ` until they are orthogonal,
+    `Bᵀ V = W`, so that `B⁺ = W diag(σ⁻²) Vᵀ` with `σᵢ = ‖wᵢ‖`. Working on `B` itself, not on
+    `B Bᵀ`, keeps the accuracy of an SVD (the condition number is not squared).
+
+    Returns `W` (p, n) (rows wᵢ), `V` (p, p) (rows vᵢ) and `σ⁻²` (p,), zero at and below
+    `jnp.linalg.pinv`'s cutoff. A member with `skip` set costs no sweep: under `vmap` the loop
+    runs only while some member of the batch is unfinished.
+    """
     p, n = B.shape
     eps = jnp.finfo(B.dtype).eps
 
+    pairs = jnp.array(np.array([(i, j) for i in range(p) for j in range(i + 1, p)], dtype=np.int32).reshape(-1, 2))
+
+    def rotate_pair(k, carry):
+        # One pair at a time in a loop (not unrolled): this is the rare path, and unrolling
+        # p²/2 rotations would dominate compile time.
+        xv, worst = carry
+        i, j = pairs[k, 0], pairs[k, 1]
+        x, y = xv[i], xv[j]
+        alpha, beta, gamma = x[:n] @ x[:n], y[:n] @ y[:n], x[:n] @ y[:n]
+        off = jnp.abs(gamma) / jnp.where(alpha * beta > 0, jnp.sqrt(alpha * beta), 1)
+        rotate = off > eps
+        zeta = (beta - alpha) / (2 * jnp.where(rotate, gamma, 1))
+        t = jnp.where(zeta >= 0, 1.0, -1.0) / (jnp.abs(zeta) + jnp.hypot(1.0, zeta))
+        c = jnp.where(rotate, 1 / jnp.hypot(1.0, t), 1.0)
+        s = jnp.where(rotate, c * t, 0.0)
+        xv = xv.at[i].set(c * x - s * y).at[j].set(s * x + c * y)
+        return xv, jnp.maximum(worst, off)
+
     def sweep(state):
-        x, v, _, count = state
-        x, v = list(x), list(v)
-        worst = jnp.zeros((), B.dtype)
-        for i in range(p):
-            for j in range(i + 1, p):
-                alpha, beta, gamma = x[i] @ x[i], x[j] @ x[j], x[i] @ x[j]
-                off = jnp.abs(gamma) / jnp.where(alpha * beta > 0, jnp.sqrt(alpha * beta), 1)
-                worst = jnp.maximum(worst, off)
-                rotate = off > eps
-                zeta = (beta - alpha) / (2 * jnp.where(rotate, gamma, 1))
-                t = jnp.where(zeta >= 0, 1.0, -1.0) / (jnp.abs(zeta) + jnp.hypot(1.0, zeta))
-                c = jnp.where(rotate, 1 / jnp.hypot(1.0, t), 1.0)
-                s = jnp.where(rotate, c * t, 0.0)
-                x[i], x[j] = c * x[i] - s * x[j], s * x[i] + c * x[j]
-                v[i], v[j] = c * v[i] - s * v[j], s * v[i] + c * v[j]
-        return jnp.stack(x), jnp.stack(v), worst, count + 1
+        # Row i of the state: the column x_i of Bᵀ followed by the column v_i of V.
+        xv, _, count = state
+        if p == 1:  # a single row is its own singular vector
+            return xv, jnp.zeros((), B.dtype), count + 1
+        xv, worst = jax.lax.fori_loop(0, len(pairs), rotate_pair, (xv, jnp.zeros((), B.dtype)))
+        return xv, worst, count + 1
 
     def unfinished(state):
-        return (state[2] > eps) & (state[3] < _MAX_SWEEPS)
+        return (state[1] > eps) & (state[2] < _MAX_SWEEPS)
 
-    start = (B, jnp.eye(p, dtype=B.dtype), jnp.array(jnp.inf, B.dtype), 0)
-    w, v, _, _ = jax.lax.while_loop(unfinished, sweep, start)
+    start = (jnp.concatenate([B, jnp.eye(p, dtype=B.dtype)], axis=1), jnp.where(skip, 0.0, jnp.inf), 0)
+    xv, _, _ = jax.lax.while_loop(unfinished, sweep, start)
+    w, v = xv[:, :n], xv[:, n:]
     sigma2 = jnp.sum(w * w, axis=1)
-    # numpy's and jax's pinv cutoff: σ ≤ 10 max(p, n) ε σ_max is zero.
     cutoff = (10 * max(p, n) * eps) ** 2 * jnp.max(sigma2)
-    inverse = jnp.where(sigma2 > cutoff, 1 / jnp.where(sigma2 > 0, sigma2, 1), 0)
-    return (w.T * inverse) @ v
+    return w, v, jnp.where(sigma2 > cutoff, 1 / jnp.where(sigma2 > 0, sigma2, 1), 0)
 
 
-@jax.custom_jvp
-def pinv(B: Float[Array, "p n"]) -> Float[Array, "n p"]:
-    """Moore–Penrose pseudo-inverse, with the cutoff of `jnp.linalg.pinv` and its derivative
-    (exact where the rank does not change).
+def _operator(B: Float[Array, "p n"], robust: bool):
+    """`X ↦ B⁺ X` and `Y ↦ B⁺ᵀ Y`, for `X` (p, k) and `Y` (n, k)."""
+    if not unrolled(*B.shape):
+        if robust:
+            P = jnp.linalg.pinv(B)
+        else:
+            factor = gram_factor(B)
+            P = (B / factor.norms[:, None]).T @ jsl.cho_solve((factor.G, True), jnp.diag(1 / factor.norms))
+        return (lambda X: P @ X), (lambda Y: P.T @ Y)
+    factor = gram_factor(B)
+    p, n = B.shape
+    well = factor.min_pivot2() > _WELL_CONDITIONED  # False for NaN too
+    G = factor.G
+    if robust:
+        # Where the SVD is taken, a finite stand-in: reverse mode multiplies the unused
+        # branch's derivative by zero, and 0 · NaN would poison the gradient.
+        G = jnp.where(well, G, jnp.eye(p, dtype=G.dtype))
+    G, d = _entries(G), factor.norms
+    rows = _entries(B / d[:, None])  # B̂ = D⁻¹ B, B⁺ = B̂ᵀ (B̂ B̂ᵀ)⁻¹ D⁻¹ for independent rows
+
+    def gram_solve(u):
+        return _backward(G, _forward(G, u))
+
+    def fast(X):
+        y = gram_solve([X[i] / d[i] for i in range(p)])
+        return jnp.stack([_dot([rows[i][k] for i in range(p)], y) for k in range(n)])
+
+    def fast_T(Y):
+        y = gram_solve([_dot(rows[i], [Y[k] for k in range(n)]) for i in range(p)])
+        return jnp.stack([y[i] / d[i] for i in range(p)])
+
+    if not robust:
+        return jax.vmap(fast, 1, 1), jax.vmap(fast_T, 1, 1)
+    w, v, inverse = _jacobi(B, well)
+
+    def apply(X):
+        return jnp.where(well, jax.vmap(fast, 1, 1)(X), w.T @ (inverse[:, None] * (v @ X)))
+
+    def apply_T(Y):
+        return jnp.where(well, jax.vmap(fast_T, 1, 1)(Y), v.T @ (inverse[:, None] * (w @ Y)))
+
+    return apply, apply_T
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def pinv_solve(B: Float[Array, "p n"], X: Float[Array, "p k"], robust: bool = True) -> Float[Array, "n k"]:
+    """`B⁺ X`, the Moore–Penrose pseudo-inverse applied to the columns of `X`, with
+    `jnp.linalg.pinv`'s cutoff and its derivative (exact where the rank does not change).
+
+    Rows that are independent and well separated (`_WELL_CONDITIONED`) take the Cholesky
+    route `B̂ᵀ (B̂ B̂ᵀ)⁻¹` on the row-normalised `B̂`; anything else a one-sided Jacobi SVD.
+    With `robust=False` only the Cholesky route, right for linearly independent rows only.
 
     **Arguments:**
 
     - `B`: a `(p, n)` matrix of any rank.
+    - `X`: right-hand sides, shape `(p, k)`.
+    - `robust`: fall back to the SVD where the rows are dependent or nearly so.
 
     **Returns:**
 
-    `B⁺`, shape `(n, p)`.
+    `B⁺ X`, shape `(n, k)`.
     """
-    if not _unrolled(*B.shape):
-        return jnp.linalg.pinv(B)
-    return _jacobi_pinv(B)
+    return _operator(B, robust)[0](X)
 
 
-@pinv.defjvp
-def _pinv_jvp(primals, tangents):
-    (B,), (dB,) = primals, tangents
-    P = pinv(B)
-    # Golub & Pereyra (1973): the derivative of B⁺ along dB at constant rank.
-    dP = (
-        -P @ dB @ P
-        + (P @ P.T) @ dB.T @ (jnp.eye(B.shape[0], dtype=B.dtype) - B @ P)
-        + (jnp.eye(B.shape[1], dtype=B.dtype) - P @ B) @ dB.T @ (P.T @ P)
-    )
-    return P, dP
+@pinv_solve.defjvp
+def _pinv_solve_jvp(robust, primals, tangents):
+    (B, X), (dB, dX) = primals, tangents
+    apply, apply_T = _operator(B, robust)
+    Z = apply(X)
+    # Golub & Pereyra (1973): dB⁺ = −B⁺ dB B⁺ + B⁺B⁺ᵀ dBᵀ (I − B B⁺) + (I − B⁺B) dBᵀ B⁺ᵀ B⁺,
+    # applied to X with B⁺ only ever applied to vectors.
+    S = dB.T @ apply_T(Z)
+    dZ = apply(dX - dB @ Z + apply_T(dB.T @ (X - B @ Z)) - B @ S) + S
+    return Z, dZ

@@ -85,21 +85,22 @@ class PlanarChain(AbstractUnconstrainedSystem):
     def num_coordinates(self) -> int:
         return self.num_links + 2 * self.floating_base
 
-    def _to_absolute(self) -> Float[Array, "k k"]:
-        """`T` with `θ_abs = T θ` for the joint angles."""
-        k = self.num_links
-        return jnp.eye(k) if self.absolute else jnp.tril(jnp.ones((k, k)))
-
     def _split(self, q):
         k = self.num_links
         base = q[k : k + 2] if self.floating_base else self.base
-        return self._to_absolute() @ q[:k], base
+        theta = q[:k] if self.absolute else jnp.stack([sum(q[: i + 1]) for i in range(k)])
+        return theta, base
 
     def joint_positions(self, q: Float[Array, " n"]) -> Float[Array, "k+1 2"]:
         """Positions of the base (row 0), the joints, and the tip (row k)."""
         theta, base = self._split(q)
-        steps = self.lengths[:, None] * _unit(theta)
-        return base + jnp.concatenate([jnp.zeros((1, 2)), jnp.cumsum(steps, axis=0)])
+        # A running sum of scalars rather than `cumsum`, which XLA runs as a separate
+        # reduce-window per batch member (see `_links`).
+        points = [(base[0], base[1])]
+        for i in range(self.num_links):
+            x, y = points[-1]
+            points.append((x + self.lengths[i] * jnp.cos(theta[i]), y + self.lengths[i] * jnp.sin(theta[i])))
+        return jnp.stack([jnp.stack(point) for point in points])
 
     def com_positions(self, q: Float[Array, " n"]) -> Float[Array, "k 2"]:
         """Positions of the links' centres of mass."""
@@ -110,37 +111,59 @@ class PlanarChain(AbstractUnconstrainedSystem):
         """The links' angles from the x axis."""
         return self._split(q)[0]
 
-    def _jacobians(self, q):
-        """CoM Jacobians (k, 2, n) in the generalized coordinates, and the CoM accelerations
-        at zero `q̈` (k, 2)."""
-        k = self.num_links
-        theta, _ = self._split(q)
-        T = self._to_absolute()
-        perp = jnp.array([-1.0, 1.0]) * self.com[:, ::-1]  # d/dθ R(θ)c = R(θ)(−c_y, c_x)
-        links = self.lengths[:, None] * _unit(theta + jnp.pi / 2)  # (k, 2): column j for j < i
-        own = _rotate(theta, perp)  # (k, 2): column i of link i
-        strict = jnp.tril(jnp.ones((k, k)), -1)
-        J_abs = strict[:, None, :] * links.T[None] + jnp.eye(k)[:, None, :] * own[:, :, None]
-        J = J_abs @ T
-        if self.floating_base:
-            J = jnp.concatenate([J, jnp.broadcast_to(jnp.eye(2), (k, 2, 2))], axis=-1)
-        return J, T
+    def _links(self, q, qd):
+        """Per link, as scalars: the CoM Jacobian's columns `(x, y)` in the generalized
+        coordinates and the CoM acceleration at zero `q̈`.
 
-    def _centripetal(self, q, qd):
-        k = self.num_links
-        theta, _ = self._split(q)
-        w = self._to_absolute() @ qd[:k]
-        links = (self.lengths * w**2)[:, None] * _unit(theta)
-        strict = jnp.tril(jnp.ones((k, k)), -1)
-        return -(strict @ links) - (w**2)[:, None] * _rotate(theta, self.com)
+        Written with one scalar per entry, unrolled over the links at trace time: under `vmap`
+        every operation is then elementwise over the batch and XLA fuses the whole model into
+        one loop, where small array contractions would each be a separate kernel.
+        """
+        k, n = self.num_links, self.num_coordinates
+        theta, w = [q[i] for i in range(k)], [qd[i] for i in range(k)]
+        if not self.absolute:
+            for i in range(1, k):
+                theta[i], w[i] = theta[i - 1] + theta[i], w[i - 1] + w[i]
+        c, s = [jnp.cos(x) for x in theta], [jnp.sin(x) for x in theta]
+        l, com = self.lengths, self.com
+        zero = jnp.zeros_like(q[0])
+        links = []
+        for i in range(k):
+            r = (c[i] * com[i, 0] - s[i] * com[i, 1], s[i] * com[i, 0] + c[i] * com[i, 1])
+            # ∂(CoM i)/∂θⱼ in absolute angles: the link vector turned by 90° for j < i, the
+            # CoM offset turned by 90° for j = i.
+            columns = [(-l[j] * s[j], l[j] * c[j]) for j in range(i)] + [(-r[1], r[0])] + [(zero, zero)] * (k - i - 1)
+            if not self.absolute:  # θ_abs,m = Σ_{j ≤ m} q_j: column j is the sum of those for m ≥ j
+                for j in range(k - 2, -1, -1):
+                    columns[j] = (columns[j][0] + columns[j + 1][0], columns[j][1] + columns[j + 1][1])
+            if self.floating_base:
+                columns += [(1.0 + zero, zero), (zero, 1.0 + zero)]
+            accel = [-w[i] ** 2 * r[a] for a in range(2)]
+            for j in range(i):
+                accel = [accel[0] - l[j] * w[j] ** 2 * c[j], accel[1] - l[j] * w[j] ** 2 * s[j]]
+            links.append((columns, accel))
+        # dθ_abs,i/dq_j: the rotational part of the mass matrix.
+        rotation = [[1.0 if (j == i or (not self.absolute and j < i)) else 0.0 for j in range(n)] for i in range(k)]
+        return links, rotation
 
     def mass_matrix(self, t, q):
-        J, T = self._jacobians(q)
-        M = jnp.einsum("i,iak,ial->kl", self.masses, J, J)
-        rotational = T.T @ (self.inertias[:, None] * T)
-        return M.at[: self.num_links, : self.num_links].add(rotational)
+        n = self.num_coordinates
+        links, rotation = self._links(q, jnp.zeros_like(q))
+        M = [[0.0] * n for _ in range(n)]
+        for i, (J, _) in enumerate(links):
+            for a in range(n):
+                for b in range(a + 1):
+                    entry = self.masses[i] * (J[a][0] * J[b][0] + J[a][1] * J[b][1])
+                    if rotation[i][a] and rotation[i][b]:
+                        entry = entry + self.inertias[i]
+                    M[a][b] = M[a][b] + entry
+        zero = jnp.zeros_like(q[0])
+        return jnp.stack([jnp.stack([M[a][b] + zero if b <= a else M[b][a] + zero for b in range(n)]) for a in range(n)])
 
     def forces(self, t, q, qd):
-        J, _ = self._jacobians(q)
-        accel = self.gravity - self._centripetal(q, qd)
-        return jnp.einsum("i,iak,ia->k", self.masses, J, accel)
+        links, _ = self._links(q, qd)
+        Q = [0.0] * self.num_coordinates
+        for i, (J, accel) in enumerate(links):
+            force = [self.masses[i] * (self.gravity[a] - accel[a]) for a in range(2)]
+            Q = [Q[a] + J[a][0] * force[0] + J[a][1] * force[1] for a in range(len(Q))]
+        return jnp.stack([x + jnp.zeros_like(q[0]) for x in Q])

@@ -1,0 +1,89 @@
+"""The small-matrix kernels against LAPACK, a 50-digit reference and finite differences."""
+
+import jax
+import jax.numpy as jnp
+import mpmath as mp
+import numpy as np
+import pytest
+
+from ukjax import _linalg as la
+
+
+def spd(n, seed=0):
+    X = np.random.default_rng(seed).normal(size=(n, n))
+    return X @ X.T + n * np.eye(n)
+
+
+@pytest.mark.parametrize("n", [1, 3, 7, la.UNROLL_MAX, la.UNROLL_MAX + 4])
+def test_factorizations_equal_lapack(n):
+    M = spd(n)
+    R = np.random.default_rng(1).normal(size=(n, 3))
+    L = np.asarray(la.cholesky(jnp.asarray(M)))
+    np.testing.assert_allclose(L, np.linalg.cholesky(M), rtol=0, atol=1e-13 * np.abs(L).max())
+    np.testing.assert_allclose(la.solve_lower(jnp.asarray(L), jnp.asarray(R)), np.linalg.solve(L, R), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(la.solve_lower(jnp.asarray(L), jnp.asarray(R[:, 0]), transpose=True), np.linalg.solve(L.T, R[:, 0]), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(la.cho_solve(jnp.asarray(L), jnp.asarray(R)), np.linalg.solve(M, R), rtol=1e-11, atol=1e-13)
+    # Not positive definite: NaN, as LAPACK.
+    assert not np.all(np.isfinite(np.asarray(la.cholesky(jnp.asarray(M - 2 * np.linalg.eigvalsh(M).max() * np.eye(n))))))
+
+
+def cases():
+    rng = np.random.default_rng(2)
+    A = rng.normal(size=(4, 7))
+    yield "full rank", A
+    yield "duplicated row", np.vstack([A, A[1]])
+    yield "dependent row", np.vstack([A, A[0] - 2 * A[2]])
+    yield "zero row", np.vstack([A, np.zeros(7)])
+    yield "rows 1e-6 apart", np.vstack([A, A[0] + 1e-6 * rng.normal(size=7)])
+
+
+def reference(B, X):
+    """B⁺ X in 50 digits, with numpy's rank decision."""
+    with mp.workdps(50):
+        U, s, V = mp.svd_r(mp.matrix(B.tolist()))
+        cutoff = 10 * max(B.shape) * np.finfo(float).eps * s[0]
+        S = mp.diag([1 / x if x > cutoff else 0 for x in s])
+        return np.array((V.T * S * U.T * mp.matrix(X.tolist())).tolist(), dtype=float)
+
+
+@pytest.mark.parametrize("name, B", list(cases()))
+def test_pseudo_inverse_is_svd_grade(name, B):
+    X = np.random.default_rng(3).normal(size=(B.shape[0], 2))
+    X = B @ np.random.default_rng(4).normal(size=(B.shape[1], 2)) + 0.1 * X  # not all consistent
+    Z = np.asarray(la.pinv_solve(jnp.asarray(B), jnp.asarray(X)))
+    ref = reference(B, X)
+    # cond(B) ≤ 1e7 here: an SVD keeps about 16 − 7 digits, the squared route none.
+    assert np.max(np.abs(Z - ref)) <= 1e-8 * np.max(np.abs(ref)), name
+
+
+@pytest.mark.parametrize("name, B", list(cases())[:4])
+def test_pseudo_inverse_derivatives(name, B):
+    """Forward and reverse mode equal jnp.linalg.pinv's (the same formula, its SVD) at any
+    constant rank, and central differences where perturbations keep the rank."""
+    X = jnp.asarray(np.random.default_rng(5).normal(size=(B.shape[0], 2)))
+    B = jnp.asarray(B)
+    dB = jnp.asarray(np.random.default_rng(6).normal(size=B.shape))
+
+    def ours(B):
+        return jnp.sum(jnp.sin(la.pinv_solve(B, X)))
+
+    def lapack(B):
+        return jnp.sum(jnp.sin(jnp.linalg.pinv(B) @ X))
+
+    np.testing.assert_allclose(jax.grad(ours)(B), jax.grad(lapack)(B), rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(jax.jvp(ours, (B,), (dB,))[1], jax.jvp(lapack, (B,), (dB,))[1], rtol=1e-9, atol=1e-11)
+    if name == "full rank":
+        h = 1e-6
+        fd = (ours(B + h * dB) - ours(B - h * dB)) / (2 * h)
+        np.testing.assert_allclose(jax.jvp(ours, (B,), (dB,))[1], fd, rtol=1e-7)
+
+
+def test_batch_members_keep_their_own_route():
+    """Under vmap a rank-deficient member runs the SVD sweeps; its neighbours' answers are
+    those they get alone."""
+    Bs = np.stack([B[:4] if B.shape[0] > 4 else B for _, B in cases()] + [np.vstack([B[:3], B[1]]) for _, B in list(cases())[:1]])
+    X = np.random.default_rng(7).normal(size=(len(Bs), 4, 1))
+    batched = np.asarray(jax.vmap(la.pinv_solve)(jnp.asarray(Bs), jnp.asarray(X)))
+    for B, x, z in zip(Bs, X, batched):
+        np.testing.assert_allclose(z, la.pinv_solve(jnp.asarray(B), jnp.asarray(x)), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(z, reference(B, x), rtol=1e-9, atol=1e-12)
