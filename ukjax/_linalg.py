@@ -117,12 +117,11 @@ def gram_factor(B: Float[Array, "p n"]) -> GramFactor:
     """The Cholesky factor of `B`'s row-normalised Gram matrix (zero rows count as dependent)."""
     norms = jnp.sqrt(jnp.sum(B * B, axis=1))
     norms = jnp.where(norms > 0, norms, 1)
-    rows = _entries(B / norms[:, None])
-    p = B.shape[0]
+    unit = B / norms[:, None]
     if not unrolled(*B.shape):
-        gram = (B / norms[:, None]) @ (B / norms[:, None]).T
-        return GramFactor(norms, jnp.linalg.cholesky(gram))
-    gram = [[_dot(rows[i], rows[j]) for j in range(p)] for i in range(p)]
+        return GramFactor(norms, jnp.linalg.cholesky(unit @ unit.T))
+    rows = _entries(unit)
+    gram = [[_dot(rows[i], rows[j]) for j in range(len(rows))] for i in range(len(rows))]
     return GramFactor(norms, _array(_cholesky(gram)))
 
 

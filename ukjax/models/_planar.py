@@ -8,10 +8,6 @@ from .._constraints import as_inexact
 from .._systems import AbstractUnconstrainedSystem
 
 
-def _unit(theta):
-    return jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=-1)
-
-
 def _rotate(theta, v):
     c, s = jnp.cos(theta), jnp.sin(theta)
     return jnp.stack([c * v[..., 0] - s * v[..., 1], s * v[..., 0] + c * v[..., 1]], axis=-1)
