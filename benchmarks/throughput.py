@@ -40,11 +40,11 @@ DT = 1e-3
 TORQUES = (0.02, -0.01, 0.005)  # parallel robot, base motors of chains 1–3 [N·m]
 
 
-def _link(name, length, com, mass, inertia, pos, inner="", site=""):
+def _link(name, com, mass, inertia, pos, inner=""):
     return (
         f'<body name="{name}" pos="{pos[0]} {pos[1]} 0"><joint name="{name}" type="hinge" axis="0 0 1"/>'
         f'<inertial pos="{com} 0 0" mass="{mass}" diaginertia="{inertia} {inertia} {inertia}"/>'
-        f"{site}{inner}</body>"
+        f"{inner}</body>"
     )
 
 
@@ -53,7 +53,7 @@ def coordinated():
     m = models.coordinated_robots()
     body = '<site name="tip" pos="1 0 0"/>'
     for i in range(5, 0, -1):
-        body = _link(f"l{i}", 1.0, 0.5, 1.0, 1.0, (0, 0) if i == 1 else (1, 0), inner=body if i < 5 else "", site=body if i == 5 else "")
+        body = _link(f"l{i}", 0.5, 1.0, 1.0, (0, 0) if i == 1 else (1, 0), inner=body)
     xml = f"""<mujoco><option gravity="0 -9.8 0" timestep="{DT}" integrator="RK4"/>
       <worldbody><site name="anchor" pos="3 0 0"/>{body}</worldbody>
       <equality><connect site1="tip" site2="anchor"/></equality>
@@ -75,8 +75,8 @@ def parallel():
     chains = []
     for i, (name, (a, b)) in enumerate(models.PARALLEL_2DOF_LINKS.items()):
         tip = f'<site name="tip{i}" pos="{b[0]} 0 0"/>'
-        inner = _link(f"{name}b", b[0], b[1], b[2], b[3], (a[0], 0), site=tip)
-        chains.append(_link(f"{name}a", a[0], a[1], a[2], a[3], q0[4 * i + 2 : 4 * i + 4], inner=inner))
+        inner = _link(f"{name}b", b[1], b[2], b[3], (a[0], 0), inner=tip)
+        chains.append(_link(f"{name}a", a[1], a[2], a[3], q0[4 * i + 2 : 4 * i + 4], inner=inner))
     motors = "".join(f'<motor joint="{name}a" gear="1"/>' for name in models.PARALLEL_2DOF_LINKS)
     xml = f"""<mujoco><option gravity="0 0 0" timestep="{DT}" integrator="RK4"/>
       <worldbody>{"".join(chains)}</worldbody>

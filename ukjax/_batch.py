@@ -29,14 +29,12 @@ def _leaf_axes(system: AbstractSystem, system_axes: Any) -> AbstractSystem:
         ) from None
 
 
+@eqx.filter_jit
 def _uses_lapack(system: AbstractSystem, q: jax.Array) -> bool:
-    """Whether the system's U-K solve is larger than the unrolled kernels handle."""
-    def sizes(t, q):
-        d = system.dynamics(t, q, q)
-        return d.M, [level.rows.A for level in d.levels]
-
-    M, rows = jax.eval_shape(sizes, jnp.zeros((), q.dtype), q)
-    return not la.unrolled(M.shape[0], *(A.shape[0] for A in rows))
+    """Whether the system's U-K solve is larger than the unrolled kernels handle. Jitted only
+    for its cache: the answer (a Python bool, static) is traced once per system structure."""
+    d = system.dynamics(jnp.zeros((), q.dtype), q, q)
+    return not la.unrolled(d.M.shape[0], *(level.rows.A.shape[0] for level in d.levels))
 
 
 def _pad(x: jax.Array, size: int) -> jax.Array:
