@@ -24,7 +24,9 @@ def _scara(args: argparse.Namespace) -> None:
     runs = {"no stabilization": None, f"Baumgarte α={args.alpha:g}, β={args.beta:g}": gains}
     meter = diffrax.NoProgressMeter() if args.quiet else diffrax.TqdmProgressMeter()
     solutions = {}
-    print(f"SCARA arm of seed 001 following eq. 47 for {args.t1:g} s (float64, Tsit5, rtol=atol={args.tol:g})")
+    print(
+        f"SCARA arm of seed 001 following eq. 47 for {args.t1:g} s (float64, Tsit5, rtol=atol={args.tol:g})"
+    )
     for name, stabilization in runs.items():
         system = ukjax.ConstrainedSystem(arm, model.constraints, stabilization)
 
@@ -60,7 +62,11 @@ def _scara(args: argparse.Namespace) -> None:
 
     @jax.jit
     def batch(q0s, qd0s):
-        return jax.vmap(lambda q0, qd0: ukjax.simulate(system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False))(q0s, qd0s)
+        return jax.vmap(
+            lambda q0, qd0: ukjax.simulate(
+                system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False
+            )
+        )(q0s, qd0s)
 
     @jax.jit
     def one(q0, qd0):
@@ -88,7 +94,9 @@ def _scara(args: argparse.Namespace) -> None:
         axes[0, 1].plot(sol.ts, sol.q[:, 3], style, label=f"q4 ({name})")
         tool = jax.vmap(arm.end_effector)(sol.q) - jax.vmap(scara_reference)(sol.ts)
         for j, axis in enumerate("xyz"):
-            axes[1, 0 if j < 2 else 1].semilogy(sol.ts, jnp.abs(tool[:, j]) + 1e-16, style, label=f"|{axis} error| ({name})")
+            axes[1, 0 if j < 2 else 1].semilogy(
+                sol.ts, jnp.abs(tool[:, j]) + 1e-16, style, label=f"|{axis} error| ({name})"
+            )
     axes[0, 0].set(title="revolute joints", xlabel="t [s]", ylabel="angle [deg]")
     axes[0, 1].set(title="prismatic joint", xlabel="t [s]", ylabel="q4 [m]")
     axes[1, 0].set(title="x/y tracking error", xlabel="t [s]", ylabel="[m]")
@@ -103,6 +111,7 @@ def _scara(args: argparse.Namespace) -> None:
 
 def _coordinated(args: argparse.Namespace) -> None:
     import diffrax
+    import equinox as eqx
     import jax.numpy as jnp
     import matplotlib
 
@@ -123,20 +132,37 @@ def _coordinated(args: argparse.Namespace) -> None:
             passive, model.servo, model.actuation, exact=False, stabilization=ukjax.Baumgarte(2 * a, a * a)
         ),
     }
-    print(f"Two coordinated planar robots holding a load (seed 002 §V), t ∈ [0, {args.t1:g}] s, rtol=atol={args.tol:g}")
+    print(
+        f"Two coordinated planar robots holding a load (seed 002 §V), t ∈ [0, {args.t1:g}] s, rtol=atol={args.tol:g}"
+    )
     print("seed 002 figs. 9–14: u1 [0,10] u2 [3,5] u3 [-8,-5.5] u4 [4.5,10] u5 [-4.5,0.5] u6 [-5,0]")
     fig, axes = plt.subplots(2, 1, figsize=(10, 8), constrained_layout=True)
     for (name, ctrl), style in zip(controllers.items(), ("-", "--")):
         print(f"[{name}]")
         start = time.perf_counter()
         sol = jax.block_until_ready(
-            ukjax.simulate(ctrl.closed_loop(), model.q0, model.qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, progress_meter=meter)
+            ukjax.simulate(
+                ctrl.closed_loop(),
+                model.q0,
+                model.qd0,
+                0.0,
+                args.t1,
+                ts=ts,
+                rtol=args.tol,
+                atol=args.tol,
+                progress_meter=meter,
+            )
         )
         elapsed = time.perf_counter() - start
-        u = jax.vmap(ctrl)(sol.ts, sol.q, sol.qd)
-        closure = jax.vmap(passive.violation)(sol.ts, sol.q, sol.qd)[0]
-        print(f"  object tracking error {jnp.max(jnp.abs(sol.phi)):.2e}, loop closure {jnp.max(jnp.abs(closure)):.2e}, {elapsed:.1f} s")
-        print("  " + " ".join(f"u{j + 1} [{lo:.1f},{hi:.1f}]" for j, (lo, hi) in enumerate(zip(u.min(0), u.max(0)))))
+        u = eqx.filter_jit(eqx.filter_vmap(ctrl))(sol.ts, sol.q, sol.qd)
+        closure = eqx.filter_jit(eqx.filter_vmap(passive.violation))(sol.ts, sol.q, sol.qd)[0]
+        print(
+            f"  object tracking error {jnp.max(jnp.abs(sol.phi)):.2e}, loop closure {jnp.max(jnp.abs(closure)):.2e}, {elapsed:.1f} s"
+        )
+        print(
+            "  "
+            + " ".join(f"u{j + 1} [{lo:.1f},{hi:.1f}]" for j, (lo, hi) in enumerate(zip(u.min(0), u.max(0))))
+        )
         for j in range(6):
             axes[0].plot(sol.ts, u[:, j], style, color=f"C{j}", label=f"u{j + 1} ({name.split(' ')[0]})")
         axes[1].semilogy(sol.ts, jnp.max(jnp.abs(sol.phi), axis=1) + 1e-16, style, label=name)
@@ -180,11 +206,17 @@ def _fit(args: argparse.Namespace) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the rank is printed below
             res = ukjax.fit_least_squares(
-                lambda m: ukjax.trajectory_residuals(m, q0, qd0, ts, measured, **tol), start, where=inertial, positive=True, progress=not args.quiet
+                lambda m: ukjax.trajectory_residuals(m, q0, qd0, ts, measured, **tol),
+                start,
+                where=inertial,
+                positive=True,
+                progress=not args.quiet,
             )
         truth = np.concatenate([np.ravel(x) for x in inertial(true)])
         fitted = np.concatenate([np.ravel(x) for x in inertial(res.model)])
-        print(f"  {res.steps} steps, cost {res.cost:.2e}, {time.perf_counter() - clock:.1f} s; rank {res.rank}/{len(res.names)}")
+        print(
+            f"  {res.steps} steps, cost {res.cost:.2e}, {time.perf_counter() - clock:.1f} s; rank {res.rank}/{len(res.names)}"
+        )
         for name, t, f, e in zip(res.names, truth, fitted, res.std):
             print(f"  {name:<22} true {t:8.4f}  fitted {f:8.4f}  std {e:.1e}")
         for v in res.unidentifiable:
@@ -194,11 +226,20 @@ def _fit(args: argparse.Namespace) -> None:
     pendulum = models.PlanarChain([1.0, 0.8], [1.5, 1.0], [0.5, 0.4], [0.12, 0.06])
     drive = models.SineInputs(jnp.eye(2), [3.0, 1.0], [2.0, 3.0], [0.0, np.pi / 2])
     q0 = jnp.array([1.2, -0.4])
-    ts, measured, start, open_fit = identify(ukjax.Forced(pendulum, drive), q0, jnp.zeros(2), args.horizon, "torque-driven double pendulum")
+    ts, measured, start, open_fit = identify(
+        ukjax.Forced(pendulum, drive), q0, jnp.zeros(2), args.horizon, "torque-driven double pendulum"
+    )
     robots = models.coordinated_robots()
-    motors = models.SineInputs(robots.actuation, [3.0, -2.0, 2.5, 1.5, -2.0, 1.0], [1.0, 1.7, 2.3, 1.3, 2.9, 0.7], np.linspace(0, 2, 6))
+    motors = models.SineInputs(
+        robots.actuation,
+        [3.0, -2.0, 2.5, 1.5, -2.0, 1.0],
+        [1.0, 1.7, 2.3, 1.3, 2.9, 0.7],
+        np.linspace(0, 2, 6),
+    )
     closed = ukjax.ConstrainedSystem(ukjax.Forced(robots.system, motors), robots.constraints)
-    *_, closed_fit = identify(closed, robots.q0, robots.qd0, args.closed_horizon, "coordinated robots of seed 002 (closed chain)")
+    *_, closed_fit = identify(
+        closed, robots.q0, robots.qd0, args.closed_horizon, "coordinated robots of seed 002 (closed chain)"
+    )
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), constrained_layout=True)
     for res, name in ((open_fit, "double pendulum"), (closed_fit, "closed chain")):
@@ -220,6 +261,65 @@ def _fit(args: argparse.Namespace) -> None:
     print(f"plot written to {args.out}")
 
 
+def _simulate(args: argparse.Namespace) -> None:
+    import diffrax
+    import jax.numpy as jnp
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import ukjax
+    from ukjax import models
+
+    load = models.from_urdf if args.file.lower().endswith(".urdf") else models.from_mjcf
+    keyframe = int(args.keyframe) if args.keyframe and args.keyframe.isdigit() else args.keyframe
+    model = load(args.file, keyframe=keyframe)
+    tree = model.system
+    stabilization = ukjax.Baumgarte(args.alpha, args.beta) if args.alpha or args.beta else None
+    system = ukjax.ConstrainedSystem(tree, model.constraints, stabilization) if model.constraints else tree
+    rows = system.rows(0.0, model.q0, model.qd0).b.shape[0] if model.constraints else 0
+    print(
+        f"{args.file}: {len(tree.body_names)} bodies, {len(tree.joint_names)} joints, {len(model.constraints)} "
+        f"constraints ({rows} rows); t ∈ [0, {args.t1:g}] s, Tsit5, rtol=atol={args.tol:g}"
+    )
+    ts = jnp.linspace(0.0, args.t1, args.saves)
+    meter = diffrax.NoProgressMeter() if args.quiet else diffrax.TqdmProgressMeter()
+    start = time.perf_counter()
+    sol = jax.block_until_ready(
+        ukjax.simulate(
+            system,
+            model.q0,
+            model.qd0,
+            0.0,
+            args.t1,
+            ts=ts,
+            rtol=args.tol,
+            atol=args.tol,
+            progress_meter=meter,
+            throw=False,
+        )
+    )
+    elapsed = time.perf_counter() - start
+    status = ukjax.Status(int(sol.status)).name
+    violation = jnp.max(jnp.abs(sol.phi), axis=1) if sol.phi is not None else jnp.zeros_like(sol.ts)
+    print(
+        f"  status {status}, {int(sol.stats['num_steps'])} steps, {elapsed:.1f} s with compilation; "
+        f"max constraint violation {float(jnp.nanmax(violation)):.2e}"
+    )
+    fig, axes = plt.subplots(2, 1, figsize=(10, 8), constrained_layout=True)
+    for j, name in enumerate(tree.joint_names):
+        axes[0].plot(sol.ts, sol.q[:, j], label=name)
+    axes[0].set(title=f"joint coordinates ({args.file})", xlabel="t [s]")
+    axes[0].legend(fontsize=7, ncol=4)
+    axes[1].semilogy(sol.ts, violation + 1e-17)
+    axes[1].set(title="largest constraint violation |Φ|", xlabel="t [s]")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.savefig(args.out, dpi=120)
+    print(f"plot written to {args.out}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `ukjax` console script."""
     parser = argparse.ArgumentParser(prog="ukjax", description=__doc__)
@@ -234,20 +334,39 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="scara.png", help="where to write the plot")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=_scara)
-    p = commands.add_parser("coordinated", help="servo control of seed 002's coordinated robots, exact and seed formula")
+    p = commands.add_parser(
+        "coordinated", help="servo control of seed 002's coordinated robots, exact and seed formula"
+    )
     p.add_argument("--t1", type=float, default=6.283185307179586, help="final time [s] (default 2π)")
     p.add_argument("--saves", type=int, default=401, help="number of saved times")
-    p.add_argument("--seed-gain", type=float, default=50.0, help="α = β of the seed's Baumgarte form φ̈ + 2αφ̇ + β²φ")
+    p.add_argument(
+        "--seed-gain", type=float, default=50.0, help="α = β of the seed's Baumgarte form φ̈ + 2αφ̇ + β²φ"
+    )
     p.add_argument("--tol", type=float, default=1e-10, help="rtol = atol of the integrator")
     p.add_argument("--out", default="coordinated.png", help="where to write the plot")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=_coordinated)
-    p = commands.add_parser("fit", help="identify inertial parameters from trajectories: an open and a closed chain")
+    p = commands.add_parser(
+        "fit", help="identify inertial parameters from trajectories: an open and a closed chain"
+    )
     p.add_argument("--horizon", type=float, default=1.5, help="record length of the double pendulum [s]")
     p.add_argument("--closed-horizon", type=float, default=0.5, help="record length of the closed chain [s]")
     p.add_argument("--out", default="fit.png", help="where to write the plot")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=_fit)
+    p = commands.add_parser(
+        "simulate", help="simulate an MJCF or URDF model with its equality constraints imposed exactly"
+    )
+    p.add_argument("file", help="an .xml (MJCF) or .urdf file")
+    p.add_argument("--t1", type=float, default=5.0, help="final time [s]")
+    p.add_argument("--saves", type=int, default=501, help="number of saved times")
+    p.add_argument("--keyframe", default=None, help="start from this keyframe (default: qpos0, at rest)")
+    p.add_argument("--alpha", type=float, default=0.0, help="Baumgarte α (default: none)")
+    p.add_argument("--beta", type=float, default=0.0, help="Baumgarte β (default: none)")
+    p.add_argument("--tol", type=float, default=1e-10, help="rtol = atol of the integrator")
+    p.add_argument("--out", default="simulate.png", help="where to write the plot")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=_simulate)
     args = parser.parse_args(argv)
     jax.config.update("jax_enable_x64", True)
     args.run(args)

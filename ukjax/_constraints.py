@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Real
 
+from ._linalg import UNROLL_MAX
+
 
 def as_inexact(x: ArrayLike) -> Array:
     """`x` as a floating-point array, so that `jax.grad` reaches it (integers are promoted)."""
@@ -31,8 +33,11 @@ def _time_derivative(fn, t, q, qd):
 
 
 def _jacobian(fn, q):
-    """`∂f/∂q` as one JVP per column. `jax.jacfwd` would `vmap` them, which under an outer
-    `vmap` gives small minor axes that XLA does not fuse with the model's scalar code."""
+    """`∂f/∂q` as one JVP per column up to `UNROLL_MAX` columns: `jax.jacfwd` would `vmap`
+    them, which under an outer `vmap` gives small minor axes that XLA does not fuse with the
+    model's scalar code. Above it, separate JVPs cost more compile time than they save."""
+    if q.shape[0] > UNROLL_MAX:
+        return jax.jacfwd(fn)(q)
     basis = jnp.eye(q.shape[0], dtype=q.dtype)
     return jnp.stack([jax.jvp(fn, (q,), (basis[j],))[1] for j in range(q.shape[0])], axis=-1)
 

@@ -1,0 +1,410 @@
+"""MJCF/URDF import: the rigid-body tree against MuJoCo and Pinocchio, the equality constraints
+against MuJoCo's residuals and the KKT form, imported seed mechanisms against the hand-built
+models, bad files."""
+
+import re
+import warnings
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pinocchio as pin
+import pytest
+
+import ukjax
+from ukjax import models
+from ukjax._cli import main
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+# Seven joints and a branch: offsets, rotated body and inertial frames, a full inertia tensor,
+# two joints on one body, a slide, a joint reference, armature, damping and a spring.
+ARM = """<mujoco model="arm7">
+  <option gravity="0.3 -0.2 -9.81"><flag contact="disable"/></option>
+  <worldbody>
+    <body name="l1" pos="0.1 0 0.3" quat="0.9 0.1 0.2 0.1">
+      <joint name="j1" axis="0 0 1" armature="0.02" damping="0.3"/>
+      <inertial pos="0.01 0.02 0.1" mass="2.1" fullinertia="0.03 0.02 0.025 0.001 -0.002 0.003"/>
+      <body name="l2" pos="0 0.05 0.2" euler="20 10 0">
+        <joint name="j2" axis="0 1 0.2" pos="0 0 0.02" stiffness="3" springref="0.2"/>
+        <inertial pos="0.1 0 0.02" quat="0.8 0.2 0.1 0.3" mass="1.7" diaginertia="0.02 0.015 0.01"/>
+        <body name="l3" pos="0.25 0 0">
+          <joint name="j3" type="slide" axis="1 0.1 0" armature="0.1"/>
+          <joint name="j4" axis="1 0 0" pos="0.02 0.01 0" ref="0.3"/>
+          <inertial pos="0.05 0.01 -0.02" mass="1.1" diaginertia="0.01 0.012 0.008"/>
+          <body name="l4" pos="0.2 0 0" quat="0.7 0 0.7 0">
+            <joint name="j5" axis="0 0 1" damping="0.1"/>
+            <inertial pos="0 0 0.05" mass="0.8" diaginertia="0.004 0.005 0.003"/>
+            <body name="l5" pos="0 0 0.15">
+              <joint name="j6" axis="0 1 0"/>
+              <inertial pos="0 0.02 0.04" mass="0.5" diaginertia="0.002 0.002 0.001"/>
+              <body name="l6" pos="0 0 0.1">
+                <joint name="j7" axis="1 0 0"/>
+                <inertial pos="0.01 0 0.02" mass="0.3" diaginertia="0.001 0.0012 0.0009"/>
+                <site name="tip" pos="0 0 0.08"/>
+              </body>
+            </body>
+          </body>
+        </body>
+      </body>
+      <body name="branch" pos="-0.1 0 0.1">
+        <joint name="b1" type="slide" axis="0 0 1"/>
+        <inertial pos="0 0 0" mass="0.4" diaginertia="0.001 0.001 0.001"/>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>"""
+
+# A spatial loop: two arms with skew hinge axes, joined by a ball joint (`connect`).
+SPATIAL_LOOP = """<mujoco model="spatial_loop">
+  <option><flag contact="disable"/></option>
+  <worldbody>
+    <body name="a1" pos="0 0 0">
+      <joint name="a1" axis="0 0 1"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0.1" size="0.02" mass="0.6"/>
+      <body name="a2" pos="0.3 0 0.1">
+        <joint name="a2" axis="0 1 0.3"/>
+        <geom type="capsule" fromto="0 0 0 0.1 0.3 0" size="0.02" mass="0.4"/>
+      </body>
+    </body>
+    <body name="b1" pos="0.5 0.4 0">
+      <joint name="b1" axis="1 0 0"/>
+      <geom type="capsule" fromto="0 0 0 0 0 0.2" size="0.02" mass="0.5"/>
+      <body name="b2" pos="0 0 0.2">
+        <joint name="b2" axis="0.3 0.2 1"/>
+        <joint name="b3" axis="0 1 0"/>
+        <geom type="capsule" fromto="0 0 0 -0.1 -0.1 -0.1" size="0.02" mass="0.3"/>
+      </body>
+    </body>
+  </worldbody>
+  <equality><connect body1="a2" body2="b2" anchor="0.1 0.3 0"/></equality>
+</mujoco>"""
+
+# A weld and a polynomial joint coupling.
+WELD = """<mujoco model="weld">
+  <option><flag contact="disable"/></option>
+  <worldbody>
+    <body name="a" pos="0 0 1">
+      <joint name="a1" axis="0 0 1"/>
+      <joint name="a2" axis="0 1 0" pos="0 0 0.1"/>
+      <geom type="box" size="0.1 0.05 0.02" pos="0.1 0 0" mass="1"/>
+      <body name="b" pos="0.3 0 0" euler="10 20 30">
+        <joint name="b1" type="slide" axis="1 0 0"/>
+        <joint name="b2" axis="0 1 0"/>
+        <joint name="b3" axis="1 0 0"/>
+        <joint name="b4" axis="0 0 1"/>
+        <geom type="box" size="0.1 0.05 0.02" mass="0.5"/>
+      </body>
+    </body>
+    <body name="c" pos="0.5 0.2 1">
+      <joint name="c1" axis="1 0 0"/>
+      <joint name="c2" axis="0 1 0"/>
+      <joint name="c3" axis="0 0 1"/>
+      <geom type="sphere" size="0.05" mass="0.3"/>
+    </body>
+  </worldbody>
+  <equality>
+    <weld body1="b" body2="c" anchor="0.1 0 0"/>
+    <joint joint1="a2" joint2="c2" polycoef="0 0.5 0.2 0 0"/>
+  </equality>
+</mujoco>"""
+
+# Seed 001's SCARA arm (parameters of `models.ScaraArm()`): only the inertias about z enter.
+SCARA = """<mujoco model="scara">
+  <option gravity="0 0 -9.81"><flag contact="disable"/></option>
+  <worldbody>
+    <body name="link1">
+      <joint name="q1" axis="0 0 1"/>
+      <inertial pos="0 0.1 0" mass="20" diaginertia="0.135 0.135 0.27"/>
+      <body name="link2" pos="0 0.2 0">
+        <joint name="q2" axis="0 0 1"/>
+        <inertial pos="0 0.125 0" mass="15" diaginertia="0.155 0.155 0.31"/>
+        <body name="link3" pos="0 0.25 0">
+          <joint name="q3" axis="0 0 1"/>
+          <inertial pos="0 0 0" mass="15" diaginertia="0.01 0.01 0.02"/>
+          <body name="link4">
+            <joint name="q4" type="slide" axis="0 0 1"/>
+            <inertial pos="0 0 0" mass="0.5" diaginertia="0.00005 0.00005 0.0001"/>
+            <site name="tool"/>
+          </body>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>"""
+
+
+def _mujoco_state(xml: str, q, qd):
+    mjm = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(mjm)
+    d.qpos[:], d.qvel[:] = q, qd
+    mujoco.mj_forward(mjm, d)
+    M = np.zeros((mjm.nv, mjm.nv))
+    mujoco.mj_fullM(mjm, d, M)
+    return mjm, d, M
+
+
+@pytest.mark.parametrize(
+    "xml",
+    [ARM, SPATIAL_LOOP, WELD, SCARA, (EXAMPLES / "parallel_2dof.xml").read_text()],
+    ids=["arm7", "spatial_loop", "weld", "scara", "parallel_2dof"],
+)
+def test_tree_matches_mujoco(xml):
+    tree = models.from_mjcf(xml).system
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        q, qd = rng.normal(size=len(tree.joint_names)), rng.normal(size=len(tree.joint_names))
+        mjm, d, M = _mujoco_state(xml, q, qd)
+        kin = tree.kinematics(jnp.asarray(q))
+        np.testing.assert_allclose(tree.mass_matrix(0.0, jnp.asarray(q)), M, atol=1e-10, rtol=0)
+        np.testing.assert_allclose(
+            tree.forces(0.0, jnp.asarray(q), jnp.asarray(qd)),
+            d.qfrc_passive - d.qfrc_bias,
+            atol=1e-10,
+            rtol=0,
+        )
+        np.testing.assert_allclose(kin.positions, d.xpos[1:], atol=1e-12)
+        np.testing.assert_allclose(kin.rotations, d.xmat[1:].reshape(-1, 3, 3), atol=1e-12)
+        for s, name in enumerate(tree.site_names):
+            np.testing.assert_allclose(tree.site_position(jnp.asarray(q), name), d.site_xpos[s], atol=1e-12)
+
+
+def _kkt(M, Q, A, b):
+    n, p = M.shape[0], A.shape[0]
+    K = np.block([[M, A.T], [A, np.zeros((p, p))]])
+    return np.linalg.solve(K, np.concatenate([Q, b]))[:n]
+
+
+@pytest.mark.parametrize(
+    "xml",
+    [SPATIAL_LOOP, WELD, (EXAMPLES / "fourbar.xml").read_text()],
+    ids=["spatial_loop", "weld", "fourbar"],
+)
+def test_equalities_match_mujoco_and_kkt(xml):
+    model = models.from_mjcf(xml)
+    csys = ukjax.ConstrainedSystem(model.system, model.constraints)
+    np.testing.assert_allclose(
+        csys.violation(0.0, model.q0, model.qd0)[0], 0.0, atol=1e-14
+    )  # MuJoCo closes the loops at qpos0
+    rng = np.random.default_rng(1)
+    q, qd = model.q0 + 0.3 * rng.normal(size=model.q0.shape), rng.normal(size=model.q0.shape)
+    mjm, d, _ = _mujoco_state(xml, q, qd)
+    ours = [np.atleast_1d(c.residual(0.0, jnp.asarray(q))) for c in model.constraints]
+    offset = 0
+    for constraint, residual in zip(model.constraints, ours):
+        # MuJoCo's rows: connect 3 (positions), weld 6 (position, then a rotation error with the
+        # same zeros but another scale), joint 1
+        compared = 3 if isinstance(constraint, models.Weld) else residual.shape[0]
+        np.testing.assert_allclose(residual[:compared], d.efc_pos[offset : offset + compared], atol=1e-12)
+        offset += 6 if isinstance(constraint, models.Weld) else residual.shape[0]
+    # the accelerations against the KKT form on the rows that are not identically zero (a planar
+    # loop written in 3D has one)
+    rows = csys.rows(0.0, jnp.asarray(q), jnp.asarray(qd))
+    A, b = np.asarray(rows.A), np.asarray(rows.b)
+    kept = np.linalg.norm(A, axis=1) > 1e-12
+    expected = _kkt(
+        np.asarray(csys.mass_matrix(0.0, q)), np.asarray(csys.forces(0.0, q, qd)), A[kept], b[kept]
+    )
+    np.testing.assert_allclose(
+        csys.acceleration(0.0, jnp.asarray(q), jnp.asarray(qd)), expected, rtol=1e-9, atol=1e-9
+    )
+
+
+def test_closed_chains_hold_in_a_batch():
+    model = models.from_mjcf(SPATIAL_LOOP)
+    csys = ukjax.ConstrainedSystem(model.system, model.constraints)
+    A = np.asarray(csys.rows(0.0, model.q0, model.qd0).A)
+    null = np.linalg.svd(A)[2][3:]  # consistent initial velocities
+    qd0 = jnp.asarray(np.random.default_rng(2).normal(size=(4, 2)) @ null)
+    sol = ukjax.simulate_batch(
+        csys,
+        jnp.broadcast_to(model.q0, (4, 5)),
+        qd0,
+        0.0,
+        1.0,
+        ts=jnp.linspace(0, 1, 11),
+        rtol=1e-11,
+        atol=1e-11,
+    )
+    assert bool(jnp.all(sol.status == ukjax.Status.SUCCESS))
+    assert float(jnp.max(jnp.abs(sol.phi))) < 1e-9
+    assert float(jnp.max(jnp.abs(sol.q[:, -1] - sol.q[:, 0]))) > 1e-2  # it moved
+
+
+def test_scara_from_mjcf_matches_hand_built():
+    seed = models.scara()
+    tree = models.from_mjcf(SCARA).system
+    np.testing.assert_allclose(
+        tree.mass_matrix(0.0, seed.q0 + 0.2), seed.system.mass_matrix(0.0, seed.q0 + 0.2), atol=1e-12
+    )
+    imported = ukjax.ConstrainedSystem(
+        tree,
+        [
+            models.SiteConstraint(tree, "tool", models.scara_reference),
+            ukjax.Holonomic(lambda t, q: q[0] + q[1] + q[2]),
+        ],
+    )
+    hand_built = ukjax.ConstrainedSystem(seed.system, seed.constraints)
+    ts = jnp.linspace(0.0, 2.0, 21)
+    a, b = (
+        ukjax.simulate(s, seed.q0, seed.qd0, 0.0, 2.0, ts=ts, rtol=1e-11, atol=1e-11)
+        for s in (imported, hand_built)
+    )
+    np.testing.assert_allclose(a.q, b.q, atol=1e-9)
+
+
+def test_parallel_robot_from_mjcf_matches_hand_built():
+    seed = models.parallel_2dof()
+    model = models.from_mjcf(EXAMPLES / "parallel_2dof.xml", keyframe="start")
+    angles = np.array([0, 1, 4, 5, 8, 9])
+    np.testing.assert_allclose(model.q0, seed.q0[angles], atol=1e-15)
+    torques = jnp.array([0.02, -0.01, 0.005])
+    imported = ukjax.ConstrainedSystem(
+        ukjax.Forced(model.system, lambda t, q, qd: model.actuation @ torques), model.constraints
+    )
+    hand = jnp.zeros(12).at[jnp.array([0, 4, 8])].set(torques)
+    hand_built = ukjax.ConstrainedSystem(ukjax.Forced(seed.system, lambda t, q, qd: hand), seed.constraints)
+    ts = jnp.linspace(0.0, 1.0, 11)
+    a = ukjax.simulate(imported, model.q0, model.qd0, 0.0, 1.0, ts=ts, rtol=1e-11, atol=1e-11)
+    b = ukjax.simulate(hand_built, seed.q0, seed.qd0, 0.0, 1.0, ts=ts, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(a.q, b.q[:, angles], atol=1e-9)
+    assert float(jnp.max(jnp.abs(a.q[-1] - a.q[0]))) > 1e-2
+
+
+URDF = """<robot name="arm">
+  <link name="base"/>
+  <link name="l1"><inertial><origin xyz="0.1 0 0.05" rpy="0.1 0.2 0.3"/><mass value="2"/>
+    <inertia ixx="0.03" iyy="0.02" izz="0.025" ixy="0.001" ixz="-0.002" iyz="0.003"/></inertial></link>
+  <link name="l2"><inertial><origin xyz="0 0.2 0"/><mass value="1.5"/>
+    <inertia ixx="0.02" iyy="0.01" izz="0.02" ixy="0" ixz="0" iyz="0"/></inertial></link>
+  <link name="l3"><inertial><origin xyz="0.05 0 0"/><mass value="0.7"/>
+    <inertia ixx="0.004" iyy="0.005" izz="0.003" ixy="0" ixz="0" iyz="0"/></inertial></link>
+  <link name="l4"><inertial><origin xyz="0 0 0.02"/><mass value="0.3"/>
+    <inertia ixx="0.001" iyy="0.001" izz="0.0015" ixy="0" ixz="0" iyz="0"/></inertial></link>
+  <joint name="r1" type="revolute"><parent link="base"/><child link="l1"/><origin xyz="0 0 0.1"/>
+    <axis xyz="0 0 1"/><limit lower="-3" upper="3" effort="10" velocity="10"/></joint>
+  <joint name="r2" type="revolute"><parent link="l1"/><child link="l2"/><origin xyz="0.2 0 0.1" rpy="0.3 0 0.2"/>
+    <axis xyz="0 1 0"/><limit lower="-3" upper="3" effort="10" velocity="10"/></joint>
+  <joint name="p3" type="prismatic"><parent link="l2"/><child link="l3"/><origin xyz="0 0.3 0"/>
+    <axis xyz="0 1 0"/><limit lower="-1" upper="1" effort="10" velocity="10"/></joint>
+  <joint name="r4" type="revolute"><parent link="l3"/><child link="l4"/><origin xyz="0.1 0 0" rpy="0 0.5 0"/>
+    <axis xyz="1 0 0"/><limit lower="-3" upper="3" effort="10" velocity="10"/></joint>
+</robot>"""
+
+
+def test_urdf_matches_pinocchio_and_mujoco(tmp_path):
+    path = tmp_path / "arm.urdf"
+    path.write_text(URDF)
+    with pytest.warns(UserWarning, match=r"joint limits \(r1, r2, p3, r4\)"):
+        model = models.from_urdf(path)
+    tree = model.system
+    assert tree.joint_names == ("r1", "r2", "p3", "r4") and model.constraints == ()
+    robot = pin.buildModelFromXML(URDF)
+    data = robot.createData()
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        q, qd = rng.normal(size=4), rng.normal(size=4)
+        M = pin.crba(robot, data, q)
+        M = np.triu(M) + np.triu(M, 1).T
+        bias = pin.rnea(robot, data, q, qd, np.zeros(4))
+        np.testing.assert_allclose(tree.mass_matrix(0.0, jnp.asarray(q)), M, atol=1e-10)
+        np.testing.assert_allclose(tree.forces(0.0, jnp.asarray(q), jnp.asarray(qd)), -bias, atol=1e-10)
+        mjm = mujoco.MjModel.from_xml_path(str(path))
+        d = mujoco.MjData(mjm)
+        d.qpos[:], d.qvel[:] = q, qd
+        mujoco.mj_forward(mjm, d)
+        np.testing.assert_allclose(
+            tree.forces(0.0, jnp.asarray(q), jnp.asarray(qd)), -d.qfrc_bias, atol=1e-10
+        )
+
+
+def test_unsupported_features_named_in_one_warning():
+    xml = ARM.replace('<flag contact="disable"/>', "").replace(
+        '<joint name="j6" axis="0 1 0"/>', '<joint name="j6" axis="0 1 0" range="-1 1"/>'
+    )
+    xml = xml.replace(
+        '<site name="tip" pos="0 0 0.08"/>', '<site name="tip" pos="0 0 0.08"/><geom size="0.02"/>'
+    )
+    xml = xml.replace(
+        '<inertial pos="0 0 0" mass="0.4"', '<geom size="0.02"/><inertial pos="0 0 0" mass="0.4"'
+    )
+    xml = xml.replace(
+        "</worldbody>",
+        '</worldbody><actuator><position joint="j1" kp="10"/><motor joint="j2" gear="3"/></actuator>',
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = models.from_mjcf(xml)
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert (
+        "contacts (2 geoms can collide)" in message
+        and "joint limits (j6)" in message
+        and "actuators other than joint motors" in message
+    )
+    np.testing.assert_array_equal(model.actuation[:, 1], np.eye(8)[1] * 3)
+    np.testing.assert_array_equal(model.actuation[:, 0], 0.0)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere.xml"):
+        models.from_mjcf(tmp_path / "nowhere.xml")
+    with pytest.raises(ValueError, match="MuJoCo could not compile the MJCF string"):
+        models.from_mjcf("<mujoco><worldbody><body></worldbody></mujoco>")
+    ball = '<mujoco><worldbody><body name="b"><joint name="shoulder" type="ball"/><geom size="0.1"/></body></worldbody></mujoco>'
+    with pytest.raises(ValueError, match="Joint 'shoulder' is a ball joint.*hinge and slide"):
+        models.from_mjcf(ball)
+    free = '<mujoco><worldbody><body name="b"><freejoint name="float"/><geom size="0.1"/></body></worldbody></mujoco>'
+    with pytest.raises(ValueError, match="Joint 'float' is a free joint"):
+        models.from_mjcf(free)
+    with pytest.raises(KeyError, match="No keyframe 'nope'"):
+        models.from_mjcf(EXAMPLES / "fourbar.xml", keyframe="nope")
+    tree = models.from_mjcf(ARM).system
+    with pytest.raises(KeyError, match="No site named 'hand'"):
+        tree.site_position(jnp.zeros(8), "hand")
+
+
+def test_gradient_reaches_imported_parameters():
+    model = models.from_mjcf(EXAMPLES / "fourbar.xml", keyframe="swinging")
+
+    def final_angle(masses):
+        tree = eqx.tree_at(lambda t: t.masses, model.system, masses)
+        csys = ukjax.ConstrainedSystem(tree, model.constraints)
+        return ukjax.simulate(
+            csys, model.q0, model.qd0, 0.0, 0.3, solver=ukjax.RK4(), adaptive=False, dt0=0.01
+        ).q[-1, 0]
+
+    masses = model.system.masses
+    grad = jax.grad(final_angle)(masses)
+    h = 1e-5
+    for i in range(3):
+        step = jnp.zeros(3).at[i].set(h)
+        fd = (final_angle(masses + step) - final_angle(masses - step)) / (2 * h)
+        assert abs(grad[i] - fd) <= 1e-6 * max(1.0, abs(fd)), (i, grad[i], fd)
+    assert float(jnp.max(jnp.abs(grad))) > 1e-3
+
+
+def test_simulate_command(tmp_path, capsys):
+    out = tmp_path / "fourbar.png"
+    main(
+        [
+            "simulate",
+            str(EXAMPLES / "fourbar.xml"),
+            "--keyframe",
+            "swinging",
+            "--t1",
+            "1",
+            "--saves",
+            "21",
+            "--quiet",
+            "--out",
+            str(out),
+        ]
+    )
+    text = capsys.readouterr().out
+    assert "3 bodies, 3 joints, 1 constraints (3 rows)" in text and "status SUCCESS" in text
+    assert float(re.search(r"max constraint violation (\S+)", text).group(1)) < 1e-9
+    assert out.stat().st_size > 10_000

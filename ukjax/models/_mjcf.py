@@ -1,0 +1,275 @@
+"""MJCF and URDF models, read by MuJoCo's own compiler, as rigid-body trees with exact constraints."""
+
+import os
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+
+from ._scara import Model
+from ._tree import Connect, JointCoupling, RigidBodyTree, Weld
+
+_DEFAULT_SOLREF = np.array([0.02, 1.0])
+_DEFAULT_SOLIMP = np.array([0.9, 0.95, 0.001, 0.5, 2.0])
+
+
+def _compile(source: str | os.PathLike, kind: str):
+    import mujoco
+
+    text = str(source)
+    if kind == "MJCF" and text.lstrip().startswith("<"):
+        where, load = "the MJCF string", lambda: mujoco.MjModel.from_xml_string(text)
+    else:
+        if not os.path.isfile(text):
+            raise FileNotFoundError(f"No {kind} file at {text!r}.")
+        where, load = repr(text), lambda: mujoco.MjModel.from_xml_path(text)
+    try:
+        return load()
+    except ValueError as error:
+        raise ValueError(f"MuJoCo could not compile {where} ({kind}): {error}") from None
+
+
+def _name(mjm, objtype, index: int, fallback: str) -> str:
+    import mujoco
+
+    return mujoco.mj_id2name(mjm, objtype, index) or f"{fallback}{index}"
+
+
+def _rotation(quat) -> np.ndarray:
+    import mujoco
+
+    R = np.empty(9)
+    mujoco.mju_quat2Mat(R, np.asarray(quat, dtype=float))
+    return R.reshape(3, 3)
+
+
+def _unsupported(mjm) -> list[str]:
+    """What the file holds that the tree does not model, each as a phrase."""
+    import mujoco
+
+    found = []
+    contact_on = not mjm.opt.disableflags & int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
+    colliding = np.flatnonzero((mjm.geom_contype != 0) | (mjm.geom_conaffinity != 0))
+    if contact_on and len(np.unique(mjm.geom_bodyid[colliding])) > 1:
+        found.append(f"contacts ({len(colliding)} geoms can collide)")
+    limited = [_name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint") for j in np.flatnonzero(mjm.jnt_limited)]
+    if limited:
+        found.append(f"joint limits ({', '.join(limited)})")
+    if np.any(mjm.dof_frictionloss):
+        found.append("joint friction loss")
+    if mjm.ntendon:
+        found.append(f"{mjm.ntendon} tendon(s)")
+    if np.any(mjm.body_gravcomp):
+        found.append("gravity compensation")
+    if np.any(mjm.dof_dampingpoly) or np.any(mjm.jnt_stiffnesspoly):
+        found.append("polynomial damping or stiffness")
+    if mjm.opt.density or mjm.opt.viscosity or np.any(mjm.opt.wind):
+        found.append("fluid forces (density, viscosity, wind)")
+    soft = [
+        i
+        for i in range(mjm.neq)
+        if not np.allclose(mjm.eq_solref[i], _DEFAULT_SOLREF)
+        or not np.allclose(mjm.eq_solimp[i], _DEFAULT_SOLIMP)
+    ]
+    if soft:
+        found.append(f"solref/solimp of {len(soft)} equality constraint(s) (imposed exactly here)")
+    inactive = [i for i in range(mjm.neq) if not mjm.eq_active0[i]]
+    if inactive:
+        found.append(f"{len(inactive)} inactive equality constraint(s) (left out)")
+    return found
+
+
+def _actuation(mjm, notes: list[str]) -> np.ndarray | None:
+    """`B_u` of the joint motors (force = gear · ctrl); other actuators are reported."""
+    import mujoco
+
+    if not mjm.nu:
+        return None
+    B = np.zeros((mjm.nv, mjm.nu))
+    others = []
+    for a in range(mjm.nu):
+        motor = (
+            mjm.actuator_trntype[a] == int(mujoco.mjtTrn.mjTRN_JOINT)
+            and mjm.actuator_dyntype[a] == int(mujoco.mjtDyn.mjDYN_NONE)
+            and mjm.actuator_gaintype[a] == int(mujoco.mjtGain.mjGAIN_FIXED)
+            and mjm.actuator_biastype[a] == int(mujoco.mjtBias.mjBIAS_NONE)
+        )
+        if motor:
+            B[mjm.jnt_dofadr[mjm.actuator_trnid[a, 0]], a] = (
+                mjm.actuator_gear[a, 0] * mjm.actuator_gainprm[a, 0]
+            )
+        else:
+            others.append(_name(mjm, mujoco.mjtObj.mjOBJ_ACTUATOR, a, "actuator"))
+    if others:
+        notes.append(
+            f"actuators other than joint motors ({', '.join(others)}: zero columns of the actuation matrix)"
+        )
+    return B
+
+
+def _constraints(mjm, tree: RigidBodyTree) -> tuple:
+    import mujoco
+
+    def body(i: int) -> str:
+        return "world" if i == 0 else tree.body_names[i - 1]
+
+    out = []
+    for i in range(mjm.neq):
+        if not mjm.eq_active0[i]:
+            continue
+        kind, data = mujoco.mjtEq(int(mjm.eq_type[i])), mjm.eq_data[i]
+        one, two = int(mjm.eq_obj1id[i]), int(mjm.eq_obj2id[i])
+        label = _name(mjm, mujoco.mjtObj.mjOBJ_EQUALITY, i, "equality")
+        if kind in (mujoco.mjtEq.mjEQ_CONNECT, mujoco.mjtEq.mjEQ_WELD) and mjm.eq_objtype[i] == int(
+            mujoco.mjtObj.mjOBJ_SITE
+        ):
+            if kind == mujoco.mjtEq.mjEQ_WELD:
+                raise ValueError(
+                    f"Equality {label!r}: a weld between sites is not supported; weld the bodies instead."
+                )
+            s1, s2 = (
+                tree.site_names.index(_name(mjm, mujoco.mjtObj.mjOBJ_SITE, s, "site")) for s in (one, two)
+            )
+            out.append(
+                Connect(
+                    tree,
+                    tree.body_names[tree.site_bodies[s1]],
+                    tree.site_positions[s1],
+                    tree.body_names[tree.site_bodies[s2]],
+                    tree.site_positions[s2],
+                )
+            )
+        elif kind == mujoco.mjtEq.mjEQ_CONNECT:
+            out.append(Connect(tree, body(one), data[0:3], body(two), data[3:6]))
+        elif kind == mujoco.mjtEq.mjEQ_WELD:
+            out.append(Weld(tree, body(one), body(two), data[0:3], data[3:6], _rotation(data[6:10])))
+        elif kind == mujoco.mjtEq.mjEQ_JOINT:
+            joint = lambda j: _name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint")  # noqa: E731
+            out.append(JointCoupling(tree, joint(one), None if two < 0 else joint(two), data[0:5]))
+        else:
+            raise ValueError(
+                f"Equality {label!r} of type {kind.name} is not supported (connect, weld and joint are)."
+            )
+    return tuple(out)
+
+
+def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
+    import mujoco
+
+    for j in range(mjm.njnt):
+        if mjm.jnt_type[j] not in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)):
+            name = _name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint")
+            raise ValueError(
+                f"Joint {name!r} is a {mujoco.mjtJoint(int(mjm.jnt_type[j])).name[6:].lower()} joint; ukjax's "
+                f"RigidBodyTree supports hinge and slide joints only (write a ball joint as three hinges)."
+            )
+    bodies = range(1, mjm.nbody)
+    joint_order = np.argsort(mjm.jnt_qposadr)
+    names = {
+        obj: [_name(mjm, obj, i, label) for i in range(count)]
+        for obj, label, count in (
+            (mujoco.mjtObj.mjOBJ_BODY, "body", mjm.nbody),
+            (mujoco.mjtObj.mjOBJ_JOINT, "joint", mjm.njnt),
+            (mujoco.mjtObj.mjOBJ_SITE, "site", mjm.nsite),
+        )
+    }
+    if any(mjm.site_bodyid == 0):
+        world_sites = [names[mujoco.mjtObj.mjOBJ_SITE][s] for s in np.flatnonzero(mjm.site_bodyid == 0)]
+        raise ValueError(
+            f"Sites on the world body ({', '.join(world_sites)}) are not supported; put them on a body."
+        )
+    inertial = [_rotation(mjm.body_iquat[b]) for b in bodies]
+    tree = RigidBodyTree(
+        parents=[int(mjm.body_parentid[b]) - 1 for b in bodies],
+        joint_bodies=[int(mjm.jnt_bodyid[j]) - 1 for j in joint_order],
+        joint_kinds=[
+            "hinge" if mjm.jnt_type[j] == int(mujoco.mjtJoint.mjJNT_HINGE) else "slide" for j in joint_order
+        ],
+        body_positions=mjm.body_pos[1:],
+        body_rotations=np.stack([_rotation(mjm.body_quat[b]) for b in bodies])
+        if mjm.nbody > 1
+        else np.zeros((0, 3, 3)),
+        joint_axes=mjm.jnt_axis[joint_order],
+        joint_anchors=mjm.jnt_pos[joint_order],
+        masses=mjm.body_mass[1:],
+        coms=mjm.body_ipos[1:],
+        inertias=np.stack([R @ np.diag(mjm.body_inertia[b]) @ R.T for R, b in zip(inertial, bodies)]),
+        reference=mjm.qpos0,
+        armature=mjm.dof_armature,
+        damping=mjm.dof_damping,
+        stiffness=mjm.jnt_stiffness[joint_order],
+        spring_reference=mjm.qpos_spring,
+        gravity=mjm.opt.gravity,
+        body_names=names[mujoco.mjtObj.mjOBJ_BODY][1:],
+        joint_names=[names[mujoco.mjtObj.mjOBJ_JOINT][j] for j in joint_order],
+        sites={
+            names[mujoco.mjtObj.mjOBJ_SITE][s]: (int(mjm.site_bodyid[s]) - 1, mjm.site_pos[s])
+            for s in range(mjm.nsite)
+        },
+    )
+    notes = _unsupported(mjm)
+    actuation = _actuation(mjm, notes)
+    constraints = _constraints(mjm, tree)
+    if notes:
+        warnings.warn(
+            f"The {kind} model holds what ukjax does not model, left out: " + "; ".join(notes) + ".",
+            stacklevel=3,
+        )
+    if keyframe is None:
+        q0, qd0 = mjm.qpos0, np.zeros(mjm.nv)
+    else:
+        index = (
+            keyframe
+            if isinstance(keyframe, int)
+            else mujoco.mj_name2id(mjm, mujoco.mjtObj.mjOBJ_KEY, keyframe)
+        )
+        if not 0 <= index < mjm.nkey:
+            raise KeyError(f"No keyframe {keyframe!r}; the model has {mjm.nkey}.")
+        q0, qd0 = mjm.key_qpos[index], mjm.key_qvel[index]
+    return Model(
+        tree,
+        constraints,
+        jnp.asarray(q0, float),
+        jnp.asarray(qd0, float),
+        (),
+        None if actuation is None else jnp.asarray(actuation),
+    )
+
+
+def from_mjcf(source: str | os.PathLike, *, keyframe: str | int | None = None) -> Model:
+    """A mechanism from an MJCF model (compiled by MuJoCo, `mujoco` package).
+
+    The body tree becomes a [`ukjax.models.RigidBodyTree`][] (hinge and slide joints; masses,
+    inertial frames, armature, damping, springs, gravity), the file's `connect`, `weld` and
+    `joint` equalities become exact constraints ([`ukjax.models.Connect`][],
+    [`ukjax.models.Weld`][], [`ukjax.models.JointCoupling`][]) and its joint motors the
+    actuation matrix. What the tree does not model (contacts, joint limits, tendons, soft
+    constraint parameters, other actuators) is named in one warning.
+
+    **Arguments:**
+
+    - `source`: an XML string, or the path of an `.xml` file.
+    - `keyframe`: a keyframe's name or index for `q0`, `qd0` (default: `qpos0`, at rest).
+
+    **Returns:**
+
+    A [`ukjax.models.Model`][]: `system` (the tree), `constraints`, `q0`, `qd0` and
+    `actuation` (`None` without actuators).
+    """
+    return _from_compiled(_compile(source, "MJCF"), "MJCF", keyframe)
+
+
+def from_urdf(path: str | os.PathLike, *, keyframe: str | int | None = None) -> Model:
+    """A mechanism from a URDF file, read by MuJoCo's URDF compiler; as
+    [`ukjax.models.from_mjcf`][] (URDF has no loop closures: `constraints` is empty).
+
+    **Arguments:**
+
+    - `path`: the `.urdf` file.
+    - `keyframe`: as for `from_mjcf`.
+
+    **Returns:**
+
+    A [`ukjax.models.Model`][].
+    """
+    return _from_compiled(_compile(path, "URDF"), "URDF", keyframe)

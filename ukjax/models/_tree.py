@@ -1,0 +1,510 @@
+"""Spatial rigid-body trees of hinge and slide joints: the composite-rigid-body algorithm for `M`
+and recursive Newton–Euler for the bias forces, in world-frame spatial vectors."""
+
+from collections.abc import Callable, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
+
+from .._constraints import AbstractHolonomic, as_inexact
+from .._systems import AbstractUnconstrainedSystem
+
+# Spatial vectors are pairs (angular, linear) of 3-vectors at the world origin: a twist
+# (ω, v) has v the velocity of the body-fixed point at the origin, a wrench (n, f) has n the
+# moment about the origin. Everything is expressed in the world frame, so that a joint's
+# twist and the bodies' inertias need no transforms between frames.
+
+
+def _motion_cross(V, S):
+    """`V ×ₘ S`: the rate of change of a twist `S` carried by a body moving with twist `V`."""
+    (w, v), (sw, sv) = V, S
+    return jnp.cross(w, sw), jnp.cross(w, sv) + jnp.cross(v, sw)
+
+
+def _force_cross(V, F):
+    """`V ×_f F`: the rate of change of a wrench `F` carried by a body moving with twist `V`."""
+    (w, v), (n, f) = V, F
+    return jnp.cross(w, n) + jnp.cross(v, f), jnp.cross(w, f)
+
+
+def _apply_inertia(inertia, S):
+    """The spatial inertia `(m, h = m c, Ī = rotational inertia about the origin)` times `S`."""
+    m, h, inertia_o = inertia
+    w, v = S
+    return inertia_o @ w + jnp.cross(h, v), m * v + jnp.cross(w, h)
+
+
+def _dot(S, F):
+    return S[0] @ F[0] + S[1] @ F[1]
+
+
+def _add(X, Y):
+    return X[0] + Y[0], X[1] + Y[1]
+
+
+def _scale(S, s):
+    return S[0] * s, S[1] * s
+
+
+def _axis_angle(axis, angle):
+    """Rotation by `angle` about the unit `axis` (Rodrigues)."""
+    x, y, z = axis
+    K = jnp.array([[0.0 * x, -z, y], [z, 0.0 * x, -x], [-y, x, 0.0 * x]])
+    return jnp.eye(3, dtype=axis.dtype) + jnp.sin(angle) * K + (1 - jnp.cos(angle)) * (K @ K)
+
+
+class Kinematics(eqx.Module):
+    """Forward kinematics of a [`ukjax.models.RigidBodyTree`][] at one configuration.
+
+    **Attributes:**
+
+    - `rotations`, `positions`: each body's frame in the world, shapes (b, 3, 3) and (b, 3).
+    - `twists`: each joint's unit twist `(ω, v)` in the world frame, shape (n, 6).
+    """
+
+    rotations: Float[Array, "b 3 3"]
+    positions: Float[Array, "b 3"]
+    twists: Float[Array, "n 6"]
+
+
+class RigidBodyTree(AbstractUnconstrainedSystem):
+    """A spatial tree of rigid bodies joined by hinge and slide joints, in MuJoCo's conventions
+    (one or more joints per body, applied in order; coordinates measured from `reference`).
+
+    `M` by the composite-rigid-body algorithm plus the joints' armature, and `Q = −(C q̇ + G)`
+    by recursive Newton–Euler, minus joint damping `d q̇` and springs `k (q − q_spring)`. Every
+    numeric field is an array leaf, so `jax.grad` and [`ukjax.fit_least_squares`][] reach
+    masses, inertias, damping and geometry alike. Usually built by
+    [`ukjax.models.from_mjcf`][] or [`ukjax.models.from_urdf`][].
+
+    **Arguments:**
+
+    - `parents`: each body's parent body index, `-1` for the world; parents come first.
+    - `joint_bodies`: the body each joint moves, in coordinate order (grouped by body, in body
+      order).
+    - `joint_kinds`: `"hinge"` or `"slide"` per joint.
+    - `body_positions`, `body_rotations`: each body's frame in its parent's at `q = reference`
+      before its joints move it, shapes (b, 3) and (b, 3, 3).
+    - `joint_axes`, `joint_anchors`: each joint's axis and a point on it, in its body's frame,
+      shapes (n, 3).
+    - `masses` (b,), `coms` (b, 3) in the body frame, `inertias` (b, 3, 3) about the centre of
+      mass in the body's axes.
+    - `reference`: the configuration at which the body frames are given, shape (n,).
+    - `armature`, `damping`, `stiffness`, `spring_reference`: per joint, shape (n,)
+      (default zero; `spring_reference` defaults to `reference`).
+    - `gravity`: shape (3,), default `(0, 0, −9.81)`.
+    - `body_names`, `joint_names`: names for lookups (default `body0…`, `joint0…`).
+    - `sites`: `{name: (body index, position in the body frame)}` for named points.
+    """
+
+    parents: tuple[int, ...] = eqx.field(static=True)
+    joint_bodies: tuple[int, ...] = eqx.field(static=True)
+    joint_kinds: tuple[str, ...] = eqx.field(static=True)
+    body_names: tuple[str, ...] = eqx.field(static=True)
+    joint_names: tuple[str, ...] = eqx.field(static=True)
+    site_names: tuple[str, ...] = eqx.field(static=True)
+    site_bodies: tuple[int, ...] = eqx.field(static=True)
+    body_positions: Float[Array, "b 3"]
+    body_rotations: Float[Array, "b 3 3"]
+    joint_axes: Float[Array, "n 3"]
+    joint_anchors: Float[Array, "n 3"]
+    masses: Float[Array, " b"]
+    coms: Float[Array, "b 3"]
+    inertias: Float[Array, "b 3 3"]
+    reference: Float[Array, " n"]
+    armature: Float[Array, " n"]
+    damping: Float[Array, " n"]
+    stiffness: Float[Array, " n"]
+    spring_reference: Float[Array, " n"]
+    gravity: Float[Array, " 3"]
+    site_positions: Float[Array, "s 3"]
+
+    def __init__(
+        self,
+        parents: Sequence[int],
+        joint_bodies: Sequence[int],
+        joint_kinds: Sequence[str],
+        body_positions: Float[ArrayLike, "b 3"],
+        body_rotations: Float[ArrayLike, "b 3 3"],
+        joint_axes: Float[ArrayLike, "n 3"],
+        joint_anchors: Float[ArrayLike, "n 3"],
+        masses: Float[ArrayLike, " b"],
+        coms: Float[ArrayLike, "b 3"],
+        inertias: Float[ArrayLike, "b 3 3"],
+        *,
+        reference: Float[ArrayLike, " n"] | None = None,
+        armature: Float[ArrayLike, " n"] | None = None,
+        damping: Float[ArrayLike, " n"] | None = None,
+        stiffness: Float[ArrayLike, " n"] | None = None,
+        spring_reference: Float[ArrayLike, " n"] | None = None,
+        gravity: Float[ArrayLike, " 3"] = (0.0, 0.0, -9.81),
+        body_names: Sequence[str] | None = None,
+        joint_names: Sequence[str] | None = None,
+        sites: dict[str, tuple[int, Float[ArrayLike, " 3"]]] | None = None,
+    ):
+        b, n = len(parents), len(joint_bodies)
+        self.parents = tuple(int(p) for p in parents)
+        self.joint_bodies = tuple(int(j) for j in joint_bodies)
+        self.joint_kinds = tuple(joint_kinds)
+        if any(not -1 <= p < i for i, p in enumerate(self.parents)):
+            raise ValueError(
+                f"Each body's parent must come before it (or be -1, the world); got parents {self.parents}."
+            )
+        if list(self.joint_bodies) != sorted(self.joint_bodies) or any(
+            not 0 <= j < b for j in self.joint_bodies
+        ):
+            raise ValueError(
+                f"joint_bodies must be body indices in body order; got {self.joint_bodies} for {b} bodies."
+            )
+        if len(self.joint_kinds) != n or set(self.joint_kinds) - {"hinge", "slide"}:
+            raise ValueError(
+                f"joint_kinds must give 'hinge' or 'slide' for each of the {n} joints; got {self.joint_kinds}."
+            )
+        self.body_names = tuple(body_names) if body_names is not None else tuple(f"body{i}" for i in range(b))
+        self.joint_names = (
+            tuple(joint_names) if joint_names is not None else tuple(f"joint{i}" for i in range(n))
+        )
+        sites = {} if sites is None else sites
+        self.site_names = tuple(sites)
+        self.site_bodies = tuple(int(body) for body, _ in sites.values())
+        self.site_positions = as_inexact(
+            jnp.reshape(jnp.asarray([pos for _, pos in sites.values()], dtype=float), (-1, 3))
+        )
+        self.body_positions = as_inexact(body_positions)
+        self.body_rotations = as_inexact(body_rotations)
+        axes = as_inexact(joint_axes)
+        norms = jnp.linalg.norm(axes, axis=-1, keepdims=True)
+        if axes.shape == (n, 3) and not isinstance(norms, jax.core.Tracer) and not bool(jnp.all(norms > 0)):
+            raise ValueError(f"Joint axes must be non-zero; got {axes}.")
+        self.joint_axes = axes / norms
+        self.joint_anchors = as_inexact(joint_anchors)
+        self.masses = as_inexact(masses)
+        self.coms = as_inexact(coms)
+        self.inertias = as_inexact(inertias)
+        zeros = jnp.zeros(n, self.masses.dtype)
+        self.reference = zeros if reference is None else as_inexact(reference)
+        self.armature = zeros if armature is None else as_inexact(armature)
+        self.damping = zeros if damping is None else as_inexact(damping)
+        self.stiffness = zeros if stiffness is None else as_inexact(stiffness)
+        self.spring_reference = self.reference if spring_reference is None else as_inexact(spring_reference)
+        self.gravity = as_inexact(gravity)
+        expected = {
+            "body_positions": (b, 3),
+            "body_rotations": (b, 3, 3),
+            "joint_axes": (n, 3),
+            "joint_anchors": (n, 3),
+            "masses": (b,),
+            "coms": (b, 3),
+            "inertias": (b, 3, 3),
+            "reference": (n,),
+            "armature": (n,),
+            "damping": (n,),
+            "stiffness": (n,),
+            "spring_reference": (n,),
+            "gravity": (3,),
+        }
+        wrong = {
+            k: getattr(self, k).shape for k, shape in expected.items() if getattr(self, k).shape != shape
+        }
+        if wrong:
+            raise ValueError(f"RigidBodyTree with {b} bodies and {n} joints expects {expected}; got {wrong}.")
+
+    def _joints_of(self, body: int) -> range:
+        first = self.joint_bodies.index(body) if body in self.joint_bodies else 0
+        return range(first, first + self.joint_bodies.count(body))
+
+    def _index(self, names: tuple[str, ...], name: str, what: str) -> int:
+        if name not in names:
+            raise KeyError(f"No {what} named {name!r}; the model has {list(names)}.")
+        return names.index(name)
+
+    def body_index(self, name: str) -> int:
+        """The index of the body `name` (`-1` for `"world"`)."""
+        return -1 if name == "world" else self._index(self.body_names, name, "body")
+
+    def joint_index(self, name: str) -> int:
+        """The coordinate index of the joint `name`."""
+        return self._index(self.joint_names, name, "joint")
+
+    def kinematics(self, q: Float[Array, " n"]) -> Kinematics:
+        """Body frames and joint twists at `q`."""
+        return self._kinematics(q, range(len(self.parents)))
+
+    def _kinematics(self, q, bodies) -> Kinematics:
+        """Frames and joint twists of `bodies` only (in body order, each with its parent)."""
+        rotations, positions, twists = {}, {}, []
+        for body in bodies:
+            parent = self.parents[body]
+            R_parent = jnp.eye(3, dtype=q.dtype) if parent < 0 else rotations[parent]
+            p_parent = jnp.zeros(3, q.dtype) if parent < 0 else positions[parent]
+            R = R_parent @ self.body_rotations[body]
+            p = p_parent + R_parent @ self.body_positions[body]
+            for j in self._joints_of(body):
+                axis = R @ self.joint_axes[j]
+                anchor = p + R @ self.joint_anchors[j]
+                if self.joint_kinds[j] == "hinge":
+                    twists.append(jnp.concatenate([axis, jnp.cross(anchor, axis)]))
+                    # rotate about the anchor, which stays where it is
+                    R = R @ _axis_angle(self.joint_axes[j], q[j] - self.reference[j])
+                    p = anchor - R @ self.joint_anchors[j]
+                else:
+                    twists.append(jnp.concatenate([jnp.zeros_like(axis), axis]))
+                    p = p + axis * (q[j] - self.reference[j])
+            rotations[body], positions[body] = R, p
+        empty = jnp.zeros((0, 6), q.dtype)
+        return Kinematics(
+            jnp.stack(list(rotations.values())),
+            jnp.stack(list(positions.values())),
+            jnp.stack(twists) if twists else empty,
+        )
+
+    def _inertias(self, kin: Kinematics):
+        """Each body's spatial inertia `(m, m c, Ī)` about the world origin."""
+        out = []
+        for body in range(len(self.parents)):
+            R, m = kin.rotations[body], self.masses[body]
+            c = kin.positions[body] + R @ self.coms[body]
+            inertia_c = R @ self.inertias[body] @ R.T
+            out.append((m, m * c, inertia_c + m * ((c @ c) * jnp.eye(3, dtype=c.dtype) - jnp.outer(c, c))))
+        return out
+
+    def _ancestors(self, body: int) -> set[int]:
+        chain = set()
+        while body >= 0:
+            chain.add(body)
+            body = self.parents[body]
+        return chain
+
+    def mass_matrix(self, t, q):
+        kin = self.kinematics(q)
+        composite = self._inertias(kin)
+        for body in reversed(range(len(self.parents))):
+            parent = self.parents[body]
+            if parent >= 0:
+                composite[parent] = tuple(a + b for a, b in zip(composite[parent], composite[body]))
+        S = [(s[:3], s[3:]) for s in kin.twists]
+        n = len(self.joint_bodies)
+        entries = [[None] * n for _ in range(n)]
+        for j in range(n):
+            body = self.joint_bodies[j]
+            ancestors = self._ancestors(body)
+            for k in range(j + 1):
+                if self.joint_bodies[k] in ancestors:
+                    entries[j][k] = entries[k][j] = _dot(S[j], _apply_inertia(composite[body], S[k]))
+        zero = jnp.zeros((), q.dtype)
+        M = jnp.stack([jnp.stack([zero if e is None else e for e in row]) for row in entries])
+        return M + jnp.diag(self.armature)
+
+    def bias_forces(self, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, " n"]:
+        """`C(q, q̇) q̇ + G(q)`: Coriolis, centrifugal and gravity forces (MuJoCo's `qfrc_bias`),
+        by recursive Newton–Euler."""
+        kin = self.kinematics(q)
+        inertias = self._inertias(kin)
+        zero = jnp.zeros(3, q.dtype)
+        # gravity as an upward acceleration of the base
+        base_velocity, base_acceleration = (zero, zero), (zero, -self.gravity)
+        velocities, accelerations, wrenches = [], [], []
+        for body, parent in enumerate(self.parents):
+            V = base_velocity if parent < 0 else velocities[parent]
+            A = base_acceleration if parent < 0 else accelerations[parent]
+            for j in self._joints_of(body):
+                S = (kin.twists[j, :3], kin.twists[j, 3:])
+                A = _add(A, _scale(_motion_cross(V, S), qd[j]))
+                V = _add(V, _scale(S, qd[j]))
+            velocities.append(V)
+            accelerations.append(A)
+            wrenches.append(
+                _add(_apply_inertia(inertias[body], A), _force_cross(V, _apply_inertia(inertias[body], V)))
+            )
+        for body in reversed(range(len(self.parents))):
+            parent = self.parents[body]
+            if parent >= 0:
+                wrenches[parent] = _add(wrenches[parent], wrenches[body])
+        bias = [
+            _dot((kin.twists[j, :3], kin.twists[j, 3:]), wrenches[self.joint_bodies[j]])
+            for j in range(len(self.joint_bodies))
+        ]
+        return jnp.stack(bias) if bias else jnp.zeros(0, q.dtype)
+
+    def forces(self, t, q, qd):
+        return -self.bias_forces(q, qd) - self.damping * qd - self.stiffness * (q - self.spring_reference)
+
+    def body_pose(self, q: Float[Array, " n"], body: str) -> tuple[Float[Array, "3 3"], Float[Array, " 3"]]:
+        """The rotation and position of the body `name` (its frame, not its centre of mass)."""
+        index = self.body_index(body)
+        if index < 0:
+            return jnp.eye(3, dtype=q.dtype), jnp.zeros(3, q.dtype)
+        # only the chain from the world to this body
+        kin = self._kinematics(q, sorted(self._ancestors(index)))
+        return kin.rotations[-1], kin.positions[-1]
+
+    def point_position(
+        self, q: Float[Array, " n"], body: str, point: Float[ArrayLike, " 3"]
+    ) -> Float[Array, " 3"]:
+        """The world position of `point`, given in the frame of the body `body`."""
+        R, p = self.body_pose(q, body)
+        return p + R @ as_inexact(point)
+
+    def site_position(self, q: Float[Array, " n"], site: str) -> Float[Array, " 3"]:
+        """The world position of the site `site`."""
+        index = self._index(self.site_names, site, "site")
+        return self.point_position(q, self.body_names[self.site_bodies[index]], self.site_positions[index])
+
+    def site_jacobian(self, q: Float[Array, " n"], site: str) -> Float[Array, "3 n"]:
+        """`∂x/∂q` of the site `site`."""
+        return jax.jacfwd(lambda q: self.site_position(q, site))(q)
+
+
+def _tree_of(system) -> RigidBodyTree:
+    """The rigid-body tree inside `system` (through `Forced`/`ConstrainedSystem` wrappers)."""
+    while not isinstance(system, RigidBodyTree):
+        inner = getattr(system, "system", None)
+        if inner is None:
+            raise TypeError(
+                f"Expected a RigidBodyTree (or a system wrapping one), got {type(system).__name__}."
+            )
+        system = inner
+    return system
+
+
+class Connect(AbstractHolonomic):
+    """A point fixed in `body1` coincides with a point fixed in `body2` (MJCF `connect`: a ball
+    joint closing a loop; 3 rows). `body2 = "world"` pins the point in space.
+
+    **Arguments:**
+
+    - `tree`: the [`ukjax.models.RigidBodyTree`][] (or a system wrapping it).
+    - `body1`, `anchor1`: the first body's name and the point in its frame.
+    - `body2`, `anchor2`: the second body's name (or `"world"`) and the point in its frame.
+    """
+
+    tree: RigidBodyTree
+    body1: str = eqx.field(static=True)
+    body2: str = eqx.field(static=True)
+    anchor1: Float[Array, " 3"]
+    anchor2: Float[Array, " 3"]
+
+    def __init__(
+        self, tree, body1: str, anchor1: Float[ArrayLike, " 3"], body2: str, anchor2: Float[ArrayLike, " 3"]
+    ):
+        self.tree = _tree_of(tree)
+        self.tree.body_index(body1), self.tree.body_index(body2)
+        self.body1, self.body2 = body1, body2
+        self.anchor1, self.anchor2 = as_inexact(anchor1), as_inexact(anchor2)
+
+    def residual(self, t, q):
+        return self.tree.point_position(q, self.body1, self.anchor1) - self.tree.point_position(
+            q, self.body2, self.anchor2
+        )
+
+
+class Weld(AbstractHolonomic):
+    """`body2` is fixed to `body1` (MJCF `weld`; 6 rows): the point `anchor` of `body2`
+    stays at `position` in `body1`'s frame, and `body2`'s axes stay at `rotation` relative
+    to `body1`'s (rows: position error, then `½ vee(E − Eᵀ)` of the relative-rotation error
+    `E`).
+
+    **Arguments:**
+
+    - `tree`: the [`ukjax.models.RigidBodyTree`][] (or a system wrapping it).
+    - `body1`, `body2`: body names (`"world"` allowed).
+    - `anchor`: a point in `body2`'s frame, shape (3,).
+    - `position`: where it belongs in `body1`'s frame, shape (3,).
+    - `rotation`: `body2`'s axes in `body1`'s frame, shape (3, 3).
+    """
+
+    tree: RigidBodyTree
+    body1: str = eqx.field(static=True)
+    body2: str = eqx.field(static=True)
+    anchor: Float[Array, " 3"]
+    position: Float[Array, " 3"]
+    rotation: Float[Array, "3 3"]
+
+    def __init__(self, tree, body1: str, body2: str, anchor, position, rotation):
+        self.tree = _tree_of(tree)
+        self.tree.body_index(body1), self.tree.body_index(body2)
+        self.body1, self.body2 = body1, body2
+        self.anchor, self.position, self.rotation = (
+            as_inexact(anchor),
+            as_inexact(position),
+            as_inexact(rotation),
+        )
+
+    def residual(self, t, q):
+        R1, p1 = self.tree.body_pose(q, self.body1)
+        R2, p2 = self.tree.body_pose(q, self.body2)
+        E = (R1 @ self.rotation).T @ R2
+        skew = 0.5 * (E - E.T)
+        return jnp.concatenate(
+            [
+                p1 + R1 @ self.position - (p2 + R2 @ self.anchor),
+                jnp.stack([skew[2, 1], skew[0, 2], skew[1, 0]]),
+            ]
+        )
+
+
+class JointCoupling(AbstractHolonomic):
+    """MJCF `joint` equality: `q₁ − r₁ = Σₖ cₖ (q₂ − r₂)ᵏ` (k = 0…4), with `rᵢ` the joints'
+    reference positions; without `joint2`, `q₁ − r₁ = c₀` (1 row).
+
+    **Arguments:**
+
+    - `tree`: the [`ukjax.models.RigidBodyTree`][] (or a system wrapping it).
+    - `joint1`, `joint2`: joint names (`joint2` may be None).
+    - `coefficients`: `c₀…c₄`, shape (5,).
+    """
+
+    tree: RigidBodyTree
+    joint1: str = eqx.field(static=True)
+    joint2: str | None = eqx.field(static=True)
+    coefficients: Float[Array, " 5"]
+
+    def __init__(self, tree, joint1: str, joint2: str | None, coefficients: Float[ArrayLike, " 5"]):
+        self.tree = _tree_of(tree)
+        self.tree.joint_index(joint1)
+        if joint2 is not None:
+            self.tree.joint_index(joint2)
+        self.joint1, self.joint2 = joint1, joint2
+        self.coefficients = as_inexact(coefficients)
+        if self.coefficients.shape != (5,):
+            raise ValueError(
+                f"JointCoupling needs 5 polynomial coefficients, got shape {self.coefficients.shape}."
+            )
+
+    def residual(self, t, q):
+        i = self.tree.joint_index(self.joint1)
+        x1 = q[i] - self.tree.reference[i]
+        if self.joint2 is None:
+            return x1 - self.coefficients[0]
+        k = self.tree.joint_index(self.joint2)
+        x2 = q[k] - self.tree.reference[k]
+        return x1 - jnp.polyval(self.coefficients[::-1], x2)
+
+
+class SiteConstraint(AbstractHolonomic):
+    """The site `site` follows a path: `x_site(q) = target(t)` (3 rows), or the components
+    in `axes` only.
+
+    **Arguments:**
+
+    - `tree`: the [`ukjax.models.RigidBodyTree`][] (or a system wrapping it).
+    - `site`: the site's name.
+    - `target`: `target(t) -> (3,)`, the path in world coordinates.
+    - `axes`: which world components to prescribe (default all three).
+    """
+
+    tree: RigidBodyTree
+    site: str = eqx.field(static=True)
+    target: Callable
+    axes: tuple[int, ...] = eqx.field(static=True)
+
+    def __init__(self, tree, site: str, target: Callable, axes: Sequence[int] = (0, 1, 2)):
+        self.tree = _tree_of(tree)
+        self.tree._index(self.tree.site_names, site, "site")
+        self.site, self.target, self.axes = site, target, tuple(axes)
+
+    def residual(self, t, q):
+        error = self.tree.site_position(q, self.site) - jnp.asarray(self.target(t))
+        return jnp.stack([error[i] for i in self.axes])
