@@ -80,6 +80,8 @@ SHARDED = textwrap.dedent(
 def test_sharded_over_four_cpu_devices_equals_vmap():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, JAX_NUM_CPU_DEVICES="4", JAX_PLATFORMS="cpu", PYTHONPATH=root)
-    result = subprocess.run([sys.executable, "-c", SHARDED], env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", SHARDED], env=env, cwd=root, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "sharded ok" in result.stdout

@@ -37,7 +37,9 @@ def push(t, q, qd):
 
 def chain(k, seed):
     rng = np.random.default_rng(seed)
-    return models.PlanarChain(rng.uniform(0.5, 1.5, k), rng.uniform(0.5, 2, k), rng.uniform(0.2, 0.5, k), rng.uniform(0.05, 0.2, k))
+    return models.PlanarChain(
+        rng.uniform(0.5, 1.5, k), rng.uniform(0.5, 2, k), rng.uniform(0.2, 0.5, k), rng.uniform(0.05, 0.2, k)
+    )
 
 
 @pytest.mark.parametrize("sizes", [(2, 2), (3, 2)])
@@ -51,7 +53,9 @@ def test_composed_parts_in_any_name_order(sizes):
     q, qd = jnp.asarray(rng.normal(size=n)), jnp.asarray(rng.normal(size=n))
 
     def expected(q, qd):
-        return jnp.concatenate([right.acceleration(0.0, q[:n0], qd[:n0]), left.acceleration(0.0, q[n0:], qd[n0:])])
+        return jnp.concatenate(
+            [right.acceleration(0.0, q[:n0], qd[:n0]), left.acceleration(0.0, q[n0:], qd[n0:])]
+        )
 
     def acceleration(system, q, qd):  # the system passes through each transform as a pytree
         return system.acceleration(0.0, q, qd)
@@ -59,12 +63,18 @@ def test_composed_parts_in_any_name_order(sizes):
     want = expected(q, qd)
     np.testing.assert_allclose(acceleration(system, q, qd), want, rtol=1e-12)
     np.testing.assert_allclose(jax.jit(acceleration)(system, q, qd), want, rtol=1e-12)
-    np.testing.assert_allclose(jax.vmap(acceleration, (None, 0, 0))(system, q[None], qd[None])[0], want, rtol=1e-12)
+    np.testing.assert_allclose(
+        jax.vmap(acceleration, (None, 0, 0))(system, q[None], qd[None])[0], want, rtol=1e-12
+    )
     grad = jax.grad(lambda q, system: jnp.sum(jnp.sin(acceleration(system, q, qd))))(q, system)
     np.testing.assert_allclose(grad, jax.grad(lambda q: jnp.sum(jnp.sin(expected(q, qd))))(q), rtol=1e-10)
     end = ukjax.simulate(system, q, qd, 0.0, 0.5, **TOL).q[-1]
-    np.testing.assert_allclose(end[:n0], ukjax.simulate(right, q[:n0], qd[:n0], 0.0, 0.5, **TOL).q[-1], atol=1e-9)
-    np.testing.assert_allclose(end[n0:], ukjax.simulate(left, q[n0:], qd[n0:], 0.0, 0.5, **TOL).q[-1], atol=1e-9)
+    np.testing.assert_allclose(
+        end[:n0], ukjax.simulate(right, q[:n0], qd[:n0], 0.0, 0.5, **TOL).q[-1], atol=1e-9
+    )
+    np.testing.assert_allclose(
+        end[n0:], ukjax.simulate(left, q[n0:], qd[n0:], 0.0, 0.5, **TOL).q[-1], atol=1e-9
+    )
     assert system.slice("left") == slice(n0, n)
 
 
@@ -88,8 +98,13 @@ def test_composed_constrained_pendulums_with_a_coupling():
     p1 = ukjax.ConstrainedSystem(PointMass(jnp.asarray(1.0)), rod(lengths[0]))
     p2 = ukjax.ConstrainedSystem(PointMass(jnp.asarray(2.5)), rod(lengths[1]), ukjax.Baumgarte(1.0, 4.0))
     coupling = ukjax.Holonomic(lambda t, q: jnp.sum((q[:2] - q[2:]) ** 2) - link**2)
-    composed = ukjax.ConstrainedSystem(ukjax.ComposedSystem({"second": p1, "first": p2}, {"second": 2, "first": 2}), coupling)
-    free = ukjax.ComposedSystem({"second": PointMass(jnp.asarray(1.0)), "first": PointMass(jnp.asarray(2.5))}, {"second": 2, "first": 2})
+    composed = ukjax.ConstrainedSystem(
+        ukjax.ComposedSystem({"second": p1, "first": p2}, {"second": 2, "first": 2}), coupling
+    )
+    free = ukjax.ComposedSystem(
+        {"second": PointMass(jnp.asarray(1.0)), "first": PointMass(jnp.asarray(2.5))},
+        {"second": 2, "first": 2},
+    )
     direct = ukjax.ConstrainedSystem(
         ukjax.ConstrainedSystem(free, [rod(lengths[0], slice(0, 2))]),
         [rod(lengths[1], slice(2, 4))],
@@ -156,7 +171,9 @@ def test_python_numbers_and_lists_do_not_recompile():
         traces.append(None)
         return jnp.eye(2)
 
-    csys = ukjax.ConstrainedSystem(ukjax.ExplicitSystem(mass, lambda t, q, qd: jnp.array([0.0, -G])), rod(1.0))
+    csys = ukjax.ConstrainedSystem(
+        ukjax.ExplicitSystem(mass, lambda t, q, qd: jnp.array([0.0, -G])), rod(1.0)
+    )
     ukjax.simulate(csys, [0.6, -0.8], [0.0, 0.0], 0.0, 1.0, rtol=1e-8)
     count = len(traces)
     out = ukjax.simulate(csys, [0.8, -0.6], [0.3, 0.4], 0.1, 1.3, rtol=1e-9)
@@ -177,9 +194,14 @@ def test_every_parameter_is_a_float_leaf_gradients_reach():
     leaves += (grads.stabilization.alpha, grads.stabilization.beta)
     assert all(leaf is not None for leaf in leaves)
     h = 1e-5
-    for where, g in [(lambda s: s.stabilization.beta, grads.stabilization.beta), (lambda s: s.system.m1, grads.system.m1)]:
+    for where, g in [
+        (lambda s: s.stabilization.beta, grads.stabilization.beta),
+        (lambda s: s.system.m1, grads.system.m1),
+    ]:
         value = where(system)
-        fd = (loss(eqx.tree_at(where, system, value + h)) - loss(eqx.tree_at(where, system, value - h))) / (2 * h)
+        fd = (loss(eqx.tree_at(where, system, value + h)) - loss(eqx.tree_at(where, system, value - h))) / (
+            2 * h
+        )
         np.testing.assert_allclose(g, fd, rtol=1e-6)
 
     model = models.parallel_2dof()
@@ -193,8 +215,12 @@ def test_lagrangian_mass_matrix_with_norms():
     speed = ukjax.LagrangianSystem(lambda t, q, qd: 0.5 * m * jnp.linalg.norm(qd) ** 2)
     np.testing.assert_allclose(speed.mass_matrix(0.0, jnp.zeros(3)), m * np.eye(3), atol=1e-14)
     # a relative velocity: T = ½ m ‖q̇₀ − q̇₁‖² + ½ m q̇₁²
-    relative = ukjax.LagrangianSystem(lambda t, q, qd: 0.5 * m * (jnp.linalg.norm(qd[:1] - qd[1:]) ** 2 + qd[1] ** 2))
-    np.testing.assert_allclose(relative.mass_matrix(0.0, jnp.zeros(2)), m * np.array([[1.0, -1.0], [-1.0, 2.0]]), atol=1e-14)
+    relative = ukjax.LagrangianSystem(
+        lambda t, q, qd: 0.5 * m * (jnp.linalg.norm(qd[:1] - qd[1:]) ** 2 + qd[1] ** 2)
+    )
+    np.testing.assert_allclose(
+        relative.mass_matrix(0.0, jnp.zeros(2)), m * np.array([[1.0, -1.0], [-1.0, 2.0]]), atol=1e-14
+    )
 
 
 def test_joint_axes_and_integer_input():

@@ -9,6 +9,7 @@ import ukjax
 from benchmarks.references import seed001_A_b, seed001_baumgarte_b
 from ukjax.models import ScaraArm, ScaraTrajectory
 
+
 @pytest.mark.parametrize("seed", range(3))
 def test_holonomic_reduction_matches_seed001_eq49_and_eq54(seed):
     rng = np.random.default_rng(seed)
@@ -65,6 +66,7 @@ def test_mixed_constraints_and_bad_input():
         ukjax.ConstrainedSystem(system, [accel, accel], ukjax.Baumgarte(jnp.ones(3), 1.0)).acceleration(
             0.0, jnp.zeros(3), jnp.zeros(3)
         )
+
     class WrongWidth(ukjax.AbstractConstraint):
         def rows(self, t, q, qd):
             return ukjax.ConstraintRows(jnp.ones((1, 2)), jnp.ones(1), jnp.zeros(1), jnp.zeros(1))

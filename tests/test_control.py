@@ -99,7 +99,9 @@ def test_unachievable_servo_constraints_are_reported():
     ctrl = ukjax.ServoControl(model.system, both, model.actuation)
     assert not ctrl.achievable(0.0, jnp.array([0.0, 2.5]), jnp.array([1.0, 0.0]))
     assert ukjax.ServoControl(model.system, model.servo, model.actuation).achievable(0.0, model.q0, model.qd0)
-    out = ukjax.simulate(ctrl.closed_loop(), jnp.array([0.0, 2.5]), jnp.array([1.0, 0.0]), 0.0, 1.0, throw=False)
+    out = ukjax.simulate(
+        ctrl.closed_loop(), jnp.array([0.0, 2.5]), jnp.array([1.0, 0.0]), 0.0, 1.0, throw=False
+    )
     assert out.status == ukjax.Status.INCONSISTENT_CONSTRAINTS
     with pytest.raises(Exception, match="inputs cannot produce"):
         ukjax.simulate(ctrl.closed_loop(), jnp.array([0.0, 2.5]), jnp.array([1.0, 0.0]), 0.0, 1.0)
@@ -120,7 +122,9 @@ def test_coulomb_friction_bead_on_vertical_circle():
     from U-K, on a bead threaded on a vertical circle. Reference: the angle ODE
     R θ̈ = −g sin θ − μ |R θ̇² + g cos θ| sign(θ̇), by DOP853."""
     R, g, mu, mass = 1.0, 9.81, 0.1, 0.5
-    system = ukjax.ExplicitSystem(lambda t, q: mass * jnp.eye(2), lambda t, q, qd: jnp.array([0.0, -mass * g]))
+    system = ukjax.ExplicitSystem(
+        lambda t, q: mass * jnp.eye(2), lambda t, q, qd: jnp.array([0.0, -mass * g])
+    )
     hoop = ukjax.Holonomic(lambda t, q: q @ q - R**2)
 
     def friction(t, q, qd):
@@ -132,8 +136,16 @@ def test_coulomb_friction_bead_on_vertical_circle():
     th0, thd0, t1 = 0.2, 6.0, 0.5
     ts = np.linspace(0, t1, 21)
     ref = solve_ivp(
-        lambda t, y: [y[1], (-g * np.sin(y[0]) - mu * abs(R * y[1] ** 2 + g * np.cos(y[0])) * np.sign(y[1])) / R],
-        (0, t1), [th0, thd0], "DOP853", t_eval=ts, rtol=1e-13, atol=1e-13,
+        lambda t, y: [
+            y[1],
+            (-g * np.sin(y[0]) - mu * abs(R * y[1] ** 2 + g * np.cos(y[0])) * np.sign(y[1])) / R,
+        ],
+        (0, t1),
+        [th0, thd0],
+        "DOP853",
+        t_eval=ts,
+        rtol=1e-13,
+        atol=1e-13,
     )
     assert np.all(ref.y[1] > 0.5)  # keeps moving one way: the sign never switches
     q0 = R * jnp.array([np.sin(th0), -np.cos(th0)])
@@ -146,4 +158,6 @@ def test_coulomb_friction_bead_on_vertical_circle():
     assert energy[-1] < energy[0] - 0.1
     null = scipy.linalg.null_space(np.asarray(hoop.rows(0.0, sol.q[-1], sol.qd[-1]).A))
     force = csys.constraint_force(0.0, sol.q[-1], sol.qd[-1])
-    np.testing.assert_allclose(null.T @ np.asarray(force), null.T @ np.asarray(friction(0.0, sol.q[-1], sol.qd[-1])), atol=1e-10)
+    np.testing.assert_allclose(
+        null.T @ np.asarray(force), null.T @ np.asarray(friction(0.0, sol.q[-1], sol.qd[-1])), atol=1e-10
+    )

@@ -79,8 +79,12 @@ def test_duplicated_rows_change_nothing_and_gradients_stay_finite():
     rng = np.random.default_rng(3)
     M, Q, A, b = random_problem(rng, 5, 2)
     A2, b2 = np.vstack([A, A[1], A[1]]), np.append(b, [b[1], b[1]])
-    np.testing.assert_allclose(ukjax.udwadia_kalaba(M, Q, A2, b2), ukjax.udwadia_kalaba(M, Q, A, b), atol=1e-12)
-    np.testing.assert_allclose(ukjax.constraint_force(M, Q, A2, b2), ukjax.constraint_force(M, Q, A, b), atol=1e-12)
+    np.testing.assert_allclose(
+        ukjax.udwadia_kalaba(M, Q, A2, b2), ukjax.udwadia_kalaba(M, Q, A, b), atol=1e-12
+    )
+    np.testing.assert_allclose(
+        ukjax.constraint_force(M, Q, A2, b2), ukjax.constraint_force(M, Q, A, b), atol=1e-12
+    )
 
     def loss(scale, A, b):
         return jnp.sum(jnp.sin(ukjax.udwadia_kalaba(M * scale, Q, A, b)))
@@ -175,7 +179,9 @@ def test_cholesky_route_refuses_dependent_rows(gap):
     M, Q, A, b = dependent_rows(np.random.default_rng(7), 6, gap)
     with pytest.raises(Exception, match="method='svd'"):
         ukjax.udwadia_kalaba(M, Q, A, b, method="cholesky")
-    np.testing.assert_allclose(ukjax.udwadia_kalaba(M, Q, A, b), kkt(M, Q, A[:2], b[:2])[0], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(
+        ukjax.udwadia_kalaba(M, Q, A, b), kkt(M, Q, A[:2], b[:2])[0], rtol=1e-9, atol=1e-9
+    )
 
 
 def test_cholesky_route_accepts_ill_conditioned_full_rank():
@@ -187,8 +193,12 @@ def test_cholesky_route_accepts_ill_conditioned_full_rank():
     a = Mi * mp.matrix(Q.tolist())
     x = a + Mi * Am.T * mp.inverse(Am * Mi * Am.T) * (mp.matrix(b.tolist()) - Am * a)
     reference = np.array([float(v) for v in x])
-    np.testing.assert_allclose(ukjax.udwadia_kalaba(M, Q, A, b, method="cholesky"), reference, atol=1e-5 * np.linalg.norm(reference))
-    np.testing.assert_allclose(ukjax.udwadia_kalaba(M, Q, A, b), reference, atol=1e-9 * np.linalg.norm(reference))
+    np.testing.assert_allclose(
+        ukjax.udwadia_kalaba(M, Q, A, b, method="cholesky"), reference, atol=1e-5 * np.linalg.norm(reference)
+    )
+    np.testing.assert_allclose(
+        ukjax.udwadia_kalaba(M, Q, A, b), reference, atol=1e-9 * np.linalg.norm(reference)
+    )
 
 
 def test_cholesky_rank_check_per_batch_member():
@@ -197,7 +207,9 @@ def test_cholesky_rank_check_per_batch_member():
     def rank_ok(s):
         A = jnp.stack([jnp.array([1.0, 0.0, 0.0]), jnp.stack([1.0, s, 0.0])])
         system = ukjax.ExplicitSystem(lambda t, q: jnp.diag(jnp.array([1.0, 2.0, 3.0])), lambda t, q, qd: -q)
-        csys = ukjax.ConstrainedSystem(system, ukjax.AccelerationConstraint(lambda t, q, qd: (A, jnp.zeros(2))), method="cholesky")
+        csys = ukjax.ConstrainedSystem(
+            system, ukjax.AccelerationConstraint(lambda t, q, qd: (A, jnp.zeros(2))), method="cholesky"
+        )
         return csys.solve(0.0, jnp.ones(3), jnp.zeros(3)).rank_ok
 
     np.testing.assert_array_equal(jax.vmap(rank_ok)(jnp.array([1.0, 0.0, 1e-3])), [True, False, True])

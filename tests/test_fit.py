@@ -36,7 +36,13 @@ def test_gradients_match_finite_differences(jac):
     q0 = jnp.array([0.3, 1.2])  # off the line: the gains act
 
     def loss(theta):
-        system = constrained_arm(jnp.stack([1.0, theta[1]]), jnp.stack([theta[0], 0.8]), jnp.stack([0.1, theta[2]]), theta[3], theta[4])
+        system = constrained_arm(
+            jnp.stack([1.0, theta[1]]),
+            jnp.stack([theta[0], 0.8]),
+            jnp.stack([0.1, theta[2]]),
+            theta[3],
+            theta[4],
+        )
         adjoint = diffrax.ForwardMode() if jac == "fwd" else diffrax.RecursiveCheckpointAdjoint()
         sol = ukjax.simulate(system, q0, jnp.zeros(2), 0.0, 0.5, adjoint=adjoint, **FIXED)
         return jnp.sum(jnp.sin(sol.q[-1])) + jnp.sum(sol.qd[-1] ** 2)
@@ -87,7 +93,9 @@ def test_predicted_standard_errors_match_the_spread():
         return jnp.stack([jnp.sin(1.3 * t), 0.5 * jnp.cos(2.1 * t)])
 
     q, qd, qdd = (jax.vmap(f)(ts) for f in (motion, jax.jacfwd(motion), jax.jacfwd(jax.jacfwd(motion))))
-    tau = jax.vmap(lambda t, q, qd, qdd: chain.mass_matrix(t, q) @ qdd - chain.forces(t, q, qd))(ts, q, qd, qdd)
+    tau = jax.vmap(lambda t, q, qd, qdd: chain.mass_matrix(t, q) @ qdd - chain.forces(t, q, qd))(
+        ts, q, qd, qdd
+    )
     sigma, rng = 0.05, np.random.default_rng(1)
 
     def residuals(record):  # one function and one `where` for every draw: compiled once
@@ -98,7 +106,9 @@ def test_predicted_standard_errors_match_the_spread():
 
     estimates, predicted = [], []
     for _ in range(20):
-        res = ukjax.fit_least_squares(residuals, Record(chain, tau + sigma * rng.normal(size=tau.shape)), where=where, progress=False)
+        res = ukjax.fit_least_squares(
+            residuals, Record(chain, tau + sigma * rng.normal(size=tau.shape)), where=where, progress=False
+        )
         estimates.append(np.concatenate(where(res.model)))
         predicted.append(res.std)
     ratio = np.std(estimates, axis=0, ddof=1) / np.mean(predicted, axis=0)
@@ -115,12 +125,21 @@ def test_tuned_gains_beat_the_grid_without_leaving_the_stability_region():
     ts = h * jnp.arange(round(horizon / h) + 1)
 
     def drift(gains):
-        sol = ukjax.simulate(ukjax.ConstrainedSystem(system, rod, gains), q0, qd0, 0.0, horizon, ts=ts, throw=False, **fixed)
+        sol = ukjax.simulate(
+            ukjax.ConstrainedSystem(system, rod, gains), q0, qd0, 0.0, horizon, ts=ts, throw=False, **fixed
+        )
         return float(jnp.trapezoid(jnp.linalg.norm(sol.phi, axis=1), ts)) if bool(sol.success) else math.inf
 
     bound = ukjax.real_stability_limit(ukjax.RK4()) / h
     grid = min(drift(ukjax.Baumgarte(2 * w, w * w)) for w in np.linspace(0.05, 0.9, 18) * bound)
-    gains = ukjax.tune_baumgarte(ukjax.ConstrainedSystem(system, rod, ukjax.Baumgarte(1.0, 4.0)), q0, qd0, horizon, progress=False, **fixed)
+    gains = ukjax.tune_baumgarte(
+        ukjax.ConstrainedSystem(system, rod, ukjax.Baumgarte(1.0, 4.0)),
+        q0,
+        qd0,
+        horizon,
+        progress=False,
+        **fixed,
+    )
     # Real roots: the discriminant is (ω₁ − ω₂)² ≥ 0, up to rounding when the roots coincide
     # (which np.roots would turn into a tiny imaginary part).
     alpha, beta = float(gains.alpha), float(gains.beta)
@@ -143,12 +162,36 @@ def test_fit_with_optax_optimizers_and_options():
     def loss(m):
         return jnp.sum((jnp.log(m.x) - jnp.log(target)) ** 2)
 
-    lbfgs = ukjax.fit(loss, Quadratic(jnp.array([1.0, 1.0])), where=lambda m: m.x, positive=True, steps=50, tol=1e-12, progress=False)
+    lbfgs = ukjax.fit(
+        loss,
+        Quadratic(jnp.array([1.0, 1.0])),
+        where=lambda m: m.x,
+        positive=True,
+        steps=50,
+        tol=1e-12,
+        progress=False,
+    )
     np.testing.assert_allclose(lbfgs.model.x, target, rtol=1e-8)
     assert lbfgs.steps < 50 and lbfgs.losses.shape == (lbfgs.steps + 1,)
-    adam = ukjax.fit(loss, Quadratic(jnp.array([1.0, 1.0])), where=lambda m: m.x, positive=True, optimizer=optax.adam(0.1), steps=300, progress=False)
+    adam = ukjax.fit(
+        loss,
+        Quadratic(jnp.array([1.0, 1.0])),
+        where=lambda m: m.x,
+        positive=True,
+        optimizer=optax.adam(0.1),
+        steps=300,
+        progress=False,
+    )
     np.testing.assert_allclose(adam.model.x, target, rtol=1e-3)
-    forward = ukjax.fit(loss, Quadratic(jnp.array([1.0, 1.0])), where=lambda m: m.x, positive=True, steps=50, jac="fwd", progress=False)
+    forward = ukjax.fit(
+        loss,
+        Quadratic(jnp.array([1.0, 1.0])),
+        where=lambda m: m.x,
+        positive=True,
+        steps=50,
+        jac="fwd",
+        progress=False,
+    )
     np.testing.assert_allclose(forward.model.x, target, rtol=1e-8)
     with pytest.raises(TypeError, match="floating-point arrays"):
         ukjax.fit(loss, Quadratic(jnp.array([1.0, 1.0])), where=lambda m: m.label, progress=False)
@@ -189,6 +232,10 @@ def test_several_experiments_fitted_together():
         atol=1e-14,
     )
     res = ukjax.fit_least_squares(
-        lambda m: ukjax.trajectory_residuals(m, q0s, qd0, ts, measured, **tol), start, where=identify.inertial, positive=True, progress=False
+        lambda m: ukjax.trajectory_residuals(m, q0s, qd0, ts, measured, **tol),
+        start,
+        where=identify.inertial,
+        positive=True,
+        progress=False,
     )
     assert np.max(np.abs(identify.relative_errors(res.model, true))) < 1e-6

@@ -20,11 +20,22 @@ def test_factorizations_equal_lapack(n):
     R = np.random.default_rng(1).normal(size=(n, 3))
     L = np.asarray(la.cholesky(jnp.asarray(M)))
     np.testing.assert_allclose(L, np.linalg.cholesky(M), rtol=0, atol=1e-13 * np.abs(L).max())
-    np.testing.assert_allclose(la.solve_lower(jnp.asarray(L), jnp.asarray(R)), np.linalg.solve(L, R), rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(la.solve_lower(jnp.asarray(L), jnp.asarray(R[:, 0]), transpose=True), np.linalg.solve(L.T, R[:, 0]), rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(la.cho_solve(jnp.asarray(L), jnp.asarray(R)), np.linalg.solve(M, R), rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(
+        la.solve_lower(jnp.asarray(L), jnp.asarray(R)), np.linalg.solve(L, R), rtol=1e-12, atol=1e-13
+    )
+    np.testing.assert_allclose(
+        la.solve_lower(jnp.asarray(L), jnp.asarray(R[:, 0]), transpose=True),
+        np.linalg.solve(L.T, R[:, 0]),
+        rtol=1e-12,
+        atol=1e-13,
+    )
+    np.testing.assert_allclose(
+        la.cho_solve(jnp.asarray(L), jnp.asarray(R)), np.linalg.solve(M, R), rtol=1e-11, atol=1e-13
+    )
     # Not positive definite: NaN, as LAPACK.
-    assert not np.all(np.isfinite(np.asarray(la.cholesky(jnp.asarray(M - 2 * np.linalg.eigvalsh(M).max() * np.eye(n))))))
+    assert not np.all(
+        np.isfinite(np.asarray(la.cholesky(jnp.asarray(M - 2 * np.linalg.eigvalsh(M).max() * np.eye(n)))))
+    )
 
 
 def cases():
@@ -71,7 +82,9 @@ def test_pseudo_inverse_derivatives(name, B):
         return jnp.sum(jnp.sin(jnp.linalg.pinv(B) @ X))
 
     np.testing.assert_allclose(jax.grad(ours)(B), jax.grad(lapack)(B), rtol=1e-9, atol=1e-11)
-    np.testing.assert_allclose(jax.jvp(ours, (B,), (dB,))[1], jax.jvp(lapack, (B,), (dB,))[1], rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(
+        jax.jvp(ours, (B,), (dB,))[1], jax.jvp(lapack, (B,), (dB,))[1], rtol=1e-9, atol=1e-11
+    )
     if name == "full rank":
         h = 1e-6
         fd = (ours(B + h * dB) - ours(B - h * dB)) / (2 * h)
@@ -81,7 +94,10 @@ def test_pseudo_inverse_derivatives(name, B):
 def test_batch_members_keep_their_own_route():
     """Under vmap a rank-deficient member runs the SVD sweeps; its neighbours' answers are
     those they get alone."""
-    Bs = np.stack([B[:4] if B.shape[0] > 4 else B for _, B in cases()] + [np.vstack([B[:3], B[1]]) for _, B in list(cases())[:1]])
+    Bs = np.stack(
+        [B[:4] if B.shape[0] > 4 else B for _, B in cases()]
+        + [np.vstack([B[:3], B[1]]) for _, B in list(cases())[:1]]
+    )
     X = np.random.default_rng(7).normal(size=(len(Bs), 4, 1))
     batched = np.asarray(jax.vmap(la.pinv_solve)(jnp.asarray(Bs), jnp.asarray(X)))
     for B, x, z in zip(Bs, X, batched):

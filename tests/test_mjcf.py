@@ -6,6 +6,7 @@ import re
 import warnings
 from pathlib import Path
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -267,11 +268,11 @@ def test_parallel_robot_from_mjcf_matches_hand_built():
     )
     hand = jnp.zeros(12).at[jnp.array([0, 4, 8])].set(torques)
     hand_built = ukjax.ConstrainedSystem(ukjax.Forced(seed.system, lambda t, q, qd: hand), seed.constraints)
-    ts = jnp.linspace(0.0, 1.0, 11)
-    a = ukjax.simulate(imported, model.q0, model.qd0, 0.0, 1.0, ts=ts, rtol=1e-11, atol=1e-11)
-    b = ukjax.simulate(hand_built, seed.q0, seed.qd0, 0.0, 1.0, ts=ts, rtol=1e-11, atol=1e-11)
+    ts = jnp.linspace(0.0, 0.5, 6)
+    a = ukjax.simulate(imported, model.q0, model.qd0, 0.0, 0.5, ts=ts, rtol=1e-11, atol=1e-11)
+    b = ukjax.simulate(hand_built, seed.q0, seed.qd0, 0.0, 0.5, ts=ts, rtol=1e-11, atol=1e-11)
     np.testing.assert_allclose(a.q, b.q[:, angles], atol=1e-9)
-    assert float(jnp.max(jnp.abs(a.q[-1] - a.q[0]))) > 1e-2
+    assert float(jnp.max(jnp.abs(a.q[-1] - a.q[0]))) > 1e-3
 
 
 URDF = """<robot name="arm">
@@ -370,15 +371,15 @@ def test_bad_files(tmp_path):
 def test_gradient_reaches_imported_parameters():
     model = models.from_mjcf(EXAMPLES / "fourbar.xml", keyframe="swinging")
 
+    @jax.jit
     def final_angle(masses):
         tree = eqx.tree_at(lambda t: t.masses, model.system, masses)
         csys = ukjax.ConstrainedSystem(tree, model.constraints)
-        return ukjax.simulate(
-            csys, model.q0, model.qd0, 0.0, 0.3, solver=ukjax.RK4(), adaptive=False, dt0=0.01
-        ).q[-1, 0]
+        rk4 = dict(solver=ukjax.RK4(), adaptive=False, dt0=0.01, adjoint=diffrax.ForwardMode())
+        return ukjax.simulate(csys, model.q0, model.qd0, 0.0, 0.3, **rk4).q[-1, 0]
 
     masses = model.system.masses
-    grad = jax.grad(final_angle)(masses)
+    grad = jax.jacfwd(final_angle)(masses)
     h = 1e-5
     for i in range(3):
         step = jnp.zeros(3).at[i].set(h)

@@ -40,7 +40,9 @@ def test_planar_chain_matches_pinocchio(k, floating):
     n = chain.num_coordinates
     q, qd = RNG.normal(size=n), RNG.normal(size=n)
     M_pin, bias_pin = pinocchio_planar(chain)(to_pinocchio_order(chain, q), to_pinocchio_order(chain, qd))
-    M = to_pinocchio_order(chain, to_pinocchio_order(chain, np.asarray(chain.mass_matrix(0.0, jnp.asarray(q)))).T).T
+    M = to_pinocchio_order(
+        chain, to_pinocchio_order(chain, np.asarray(chain.mass_matrix(0.0, jnp.asarray(q)))).T
+    ).T
     Q = to_pinocchio_order(chain, np.asarray(chain.forces(0.0, jnp.asarray(q), jnp.asarray(qd))))
     np.testing.assert_allclose(M, M_pin, atol=1e-12)
     np.testing.assert_allclose(-Q, bias_pin, atol=1e-12)
@@ -129,8 +131,14 @@ def test_log_cholesky_against_pinocchio():
         theta = rng.normal(size=10)
         mass, com, inertia = models.from_log_cholesky(theta)
         about_origin = inertia + mass * (com @ com * np.eye(3) - np.outer(com, com))
-        ours = [mass, *(mass * com), *(about_origin[i, j] for i, j in [(0, 0), (0, 1), (1, 1), (0, 2), (1, 2), (2, 2)])]
-        np.testing.assert_allclose(ours, pin.LogCholeskyParameters(theta).toDynamicParameters(), rtol=1e-12, atol=1e-12)
+        ours = [
+            mass,
+            *(mass * com),
+            *(about_origin[i, j] for i, j in [(0, 0), (0, 1), (1, 1), (0, 2), (1, 2), (2, 2)]),
+        ]
+        np.testing.assert_allclose(
+            ours, pin.LogCholeskyParameters(theta).toDynamicParameters(), rtol=1e-12, atol=1e-12
+        )
         principal = np.linalg.eigvalsh(np.asarray(inertia))
         assert mass > 0 and principal[0] > 0 and principal[0] + principal[1] >= principal[2] * (1 - 1e-12)
         np.testing.assert_allclose(models.log_cholesky(mass, com, inertia), theta, atol=1e-12)
@@ -139,7 +147,11 @@ def test_log_cholesky_against_pinocchio():
 def test_log_cholesky_chain_is_the_chain():
     """A spatial 3-joint arm of boxes: the same dynamics through its log-Cholesky parameters;
     the SCARA model's z-only inertias are no physical body and are refused."""
-    joints = [models.revolute((0, 0, 1), (0, 0, 0)), models.revolute((0, 1, 0), (0, 0, 0.3)), models.prismatic((1, 0, 0))]
+    joints = [
+        models.revolute((0, 0, 1), (0, 0, 0)),
+        models.revolute((0, 1, 0), (0, 0, 0.3)),
+        models.prismatic((1, 0, 0)),
+    ]
     frames = np.broadcast_to(np.eye(4), (3, 4, 4)).copy()
     frames[:, :3, 3] = [[0, 0, 0.15], [0.2, 0, 0.3], [0.5, 0, 0.3]]
     sides = RNG.uniform(0.05, 0.4, (3, 3))

@@ -37,7 +37,13 @@ def test_pendulum_against_dop853_and_energy(method):
     length, th0, thd0, t1 = 1.2, 1.0, 0.5, 5.0
     ts = np.linspace(0, t1, 51)
     ref = solve_ivp(
-        lambda t, y: [y[1], -G / length * np.sin(y[0])], (0, t1), [th0, thd0], "DOP853", t_eval=ts, rtol=1e-13, atol=1e-13
+        lambda t, y: [y[1], -G / length * np.sin(y[0])],
+        (0, t1),
+        [th0, thd0],
+        "DOP853",
+        t_eval=ts,
+        rtol=1e-13,
+        atol=1e-13,
     )
     q0 = length * jnp.array([np.sin(th0), -np.cos(th0)])
     qd0 = length * thd0 * jnp.array([np.cos(th0), np.sin(th0)])
@@ -58,7 +64,9 @@ def test_knife_edge_on_incline_closed_form():
     )
     blade = ukjax.Nonholonomic(lambda t, q, qd: qd[0] * jnp.sin(q[2]) - qd[1] * jnp.cos(q[2]))
     ts = np.linspace(0, 4, 41)
-    sol = ukjax.simulate(ukjax.ConstrainedSystem(system, blade), jnp.zeros(3), jnp.array([0, 0, w]), 0.0, 4.0, ts=ts, **TOL)
+    sol = ukjax.simulate(
+        ukjax.ConstrainedSystem(system, blade), jnp.zeros(3), jnp.array([0, 0, w]), 0.0, 4.0, ts=ts, **TOL
+    )
     k = gs / (2 * w**2)
     np.testing.assert_allclose(sol.q[:, 0], k * np.sin(w * ts) ** 2, atol=1e-8)
     np.testing.assert_allclose(sol.q[:, 1], k * (w * ts - 0.5 * np.sin(2 * w * ts)), atol=1e-8)
@@ -70,10 +78,14 @@ def test_baumgarte_violation_follows_linear_error_dynamics():
     alpha, beta = 2.0, 25.0  # Φ̈ + 2Φ̇ + 25Φ = 0
     q0, qd0 = jnp.array([0.5, -1.0]), jnp.array([0.4, 0.3])  # off the circle, moving across it
     ts = np.linspace(0, 4, 81)
-    sol = ukjax.simulate(pendulum(stabilization=ukjax.Baumgarte(alpha, beta)), q0, qd0, 0.0, 4.0, ts=ts, **TOL)
+    sol = ukjax.simulate(
+        pendulum(stabilization=ukjax.Baumgarte(alpha, beta)), q0, qd0, 0.0, 4.0, ts=ts, **TOL
+    )
     phi0, phid0 = float(q0 @ q0 - 1.0), float(2 * q0 @ qd0)
     wd = np.sqrt(beta - alpha**2 / 4)
-    expected = np.exp(-alpha * ts / 2) * (phi0 * np.cos(wd * ts) + (phid0 + alpha / 2 * phi0) / wd * np.sin(wd * ts))
+    expected = np.exp(-alpha * ts / 2) * (
+        phi0 * np.cos(wd * ts) + (phid0 + alpha / 2 * phi0) / wd * np.sin(wd * ts)
+    )
     np.testing.assert_allclose(sol.phi[:, 0], expected, atol=1e-9)
     assert abs(phi0) > 0.2  # the start really is inconsistent
 
@@ -119,9 +131,13 @@ def test_gradient_equal_masses_double_pendulum():
     def final(m1):
         M = jnp.diag(jnp.array([m1, m1, 1.0, 1.0]))  # at m1 = 1 all four eigenvalues coincide
         system = ukjax.ExplicitSystem(lambda t, q: M, lambda t, q, qd: jnp.array([0.0, -m1 * G, 0.0, -G]))
-        rods = ukjax.Holonomic(lambda t, q: jnp.stack([q[:2] @ q[:2] - 1.0, (q[2:] - q[:2]) @ (q[2:] - q[:2]) - 1.0]))
+        rods = ukjax.Holonomic(
+            lambda t, q: jnp.stack([q[:2] @ q[:2] - 1.0, (q[2:] - q[:2]) @ (q[2:] - q[:2]) - 1.0])
+        )
         q0 = jnp.array([1.0, 0.0, 2.0, 0.0])
-        return ukjax.simulate(ukjax.ConstrainedSystem(system, rods), q0, jnp.zeros(4), 0.0, 1.0, rtol=1e-12, atol=1e-12).q[-1, 2]
+        return ukjax.simulate(
+            ukjax.ConstrainedSystem(system, rods), q0, jnp.zeros(4), 0.0, 1.0, rtol=1e-12, atol=1e-12
+        ).q[-1, 2]
 
     g = jax.grad(final)(1.0)
     h = 1e-5
@@ -165,7 +181,9 @@ def test_failure_statuses():
     with pytest.raises(Exception, match="ran out of steps"):
         ukjax.simulate(csys, jnp.array([0.6, -0.8]), jnp.zeros(2), 0.0, 5.0, max_steps=4)
 
-    contradiction = ukjax.AccelerationConstraint(lambda t, q, qd: (jnp.array([[1.0, 0.0], [1.0, 0.0]]), jnp.array([1.0, 2.0])))
+    contradiction = ukjax.AccelerationConstraint(
+        lambda t, q, qd: (jnp.array([[1.0, 0.0], [1.0, 0.0]]), jnp.array([1.0, 2.0]))
+    )
     bad = ukjax.ConstrainedSystem(CartesianPendulum(jnp.asarray(1.0)), contradiction)
     out = ukjax.simulate(bad, jnp.zeros(2), jnp.zeros(2), 0.0, 1.0, throw=False)
     assert out.status == ukjax.Status.INCONSISTENT_CONSTRAINTS

@@ -15,7 +15,12 @@ def scara_lagrangian(arm: ScaraArm) -> ukjax.LagrangianSystem:
     m1, m2, m3, m4 = arm.m
 
     def planar(q, d):
-        return jnp.stack([-arm.l1 * jnp.sin(q[0]) - d * jnp.sin(q[0] + q[1]), arm.l1 * jnp.cos(q[0]) + d * jnp.cos(q[0] + q[1])])
+        return jnp.stack(
+            [
+                -arm.l1 * jnp.sin(q[0]) - d * jnp.sin(q[0] + q[1]),
+                arm.l1 * jnp.cos(q[0]) + d * jnp.cos(q[0] + q[1]),
+            ]
+        )
 
     def T(t, q, qd):
         v1 = jax.jvp(lambda q: arm.r1 * jnp.stack([-jnp.sin(q[0]), jnp.cos(q[0])]), (q,), (qd,))[1]
@@ -48,7 +53,9 @@ def test_lagrangian_time_dependent_support():
         xs_dot = a * w * jnp.cos(w * t)
         return 0.5 * m * ((xs_dot + l * qd[0] * jnp.cos(q[0])) ** 2 + (l * qd[0] * jnp.sin(q[0])) ** 2)
 
-    lag = ukjax.LagrangianSystem(T, lambda t, q: -m * g * l * jnp.cos(q[0]), lambda t, q, qd: jnp.array([-0.1 * qd[0]]))
+    lag = ukjax.LagrangianSystem(
+        T, lambda t, q: -m * g * l * jnp.cos(q[0]), lambda t, q, qd: jnp.array([-0.1 * qd[0]])
+    )
     t, th, thd = 0.4, 0.9, -1.1
     xs_ddot = -a * w**2 * np.sin(w * t)
     expected = -(g / l) * np.sin(th) - xs_ddot / l * np.cos(th) - 0.1 * thd / (m * l**2)
@@ -72,14 +79,18 @@ def test_constraining_again_solves_jointly_and_sequential_is_the_literal_cascade
     direct = ukjax.ConstrainedSystem(system, [c1, c2])
     joint = ukjax.ConstrainedSystem(inner, c2)
     for name in ("acceleration", "constraint_force"):
-        np.testing.assert_allclose(getattr(joint, name)(0.3, q, qd), getattr(direct, name)(0.3, q, qd), atol=1e-12)
+        np.testing.assert_allclose(
+            getattr(joint, name)(0.3, q, qd), getattr(direct, name)(0.3, q, qd), atol=1e-12
+        )
     for got, want in zip(joint.violation(0.3, q, qd), direct.violation(0.3, q, qd)):
         np.testing.assert_array_equal(got, want)
     np.testing.assert_allclose(joint.forces(0.3, q, qd), system.forces(0.3, q, qd))  # applied forces only
 
     nested = ukjax.ConstrainedSystem(inner, [c1, c2], sequential=True)
     np.testing.assert_allclose(nested.acceleration(0.3, q, qd), direct.acceleration(0.3, q, qd), atol=1e-12)
-    np.testing.assert_allclose(nested.constraint_force(0.3, q, qd), direct.constraint_force(0.3, q, qd), atol=1e-12)
+    np.testing.assert_allclose(
+        nested.constraint_force(0.3, q, qd), direct.constraint_force(0.3, q, qd), atol=1e-12
+    )
     only_c2 = ukjax.ConstrainedSystem(inner, c2, sequential=True)
     rows1 = inner.rows(0.3, q, qd)
     residual = rows1.A @ only_c2.acceleration(0.3, q, qd) - rows1.b

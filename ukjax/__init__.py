@@ -13,7 +13,11 @@ from ._constraints import (
     Nonholonomic as Nonholonomic,
 )
 from ._control import ClosedLoop as ClosedLoop, ServoControl as ServoControl, ServoSolution as ServoSolution
-from ._core import UKSolution as UKSolution, constraint_force as constraint_force, udwadia_kalaba as udwadia_kalaba
+from ._core import (
+    UKSolution as UKSolution,
+    constraint_force as constraint_force,
+    udwadia_kalaba as udwadia_kalaba,
+)
 from ._fit import (
     FitResult as FitResult,
     LeastSquaresResult as LeastSquaresResult,
@@ -25,7 +29,13 @@ from ._fit import (
     trajectory_residuals as trajectory_residuals,
     tune_baumgarte as tune_baumgarte,
 )
-from ._simulate import RK4 as RK4, Solution as Solution, Status as Status, simulate as simulate, stiff_solver as stiff_solver
+from ._simulate import (
+    RK4 as RK4,
+    Solution as Solution,
+    Status as Status,
+    simulate as simulate,
+    stiff_solver as stiff_solver,
+)
 from ._systems import (
     AbstractSystem as AbstractSystem,
     AbstractUnconstrainedSystem as AbstractUnconstrainedSystem,

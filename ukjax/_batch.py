@@ -56,7 +56,11 @@ def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh):
 
         return jax.vmap(one, in_axes=(axes, 0, 0))(arrays, q0, qd0)
 
-    specs = jax.tree.map(lambda axis: PartitionSpec() if axis is None else PartitionSpec(_AXIS), axes, is_leaf=lambda x: x is None)
+    specs = jax.tree.map(
+        lambda axis: PartitionSpec() if axis is None else PartitionSpec(_AXIS),
+        axes,
+        is_leaf=lambda x: x is None,
+    )
     sharded = jax.shard_map(
         local,
         mesh=mesh,
@@ -110,7 +114,9 @@ def simulate_batch(
     q0 = jnp.asarray(q0)
     qd0 = jnp.asarray(qd0, dtype=q0.dtype)
     if q0.ndim != 2 or q0.shape != qd0.shape or q0.shape[0] == 0:
-        raise ValueError(f"q0 and qd0 must both have shape (batch, n) with batch ≥ 1; got {q0.shape} and {qd0.shape}.")
+        raise ValueError(
+            f"q0 and qd0 must both have shape (batch, n) with batch ≥ 1; got {q0.shape} and {qd0.shape}."
+        )
     devices = tuple(jax.devices() if devices is None else devices)
     if not devices:
         raise ValueError("devices must name at least one device.")
@@ -124,12 +130,16 @@ def simulate_batch(
             return x
         x = jnp.moveaxis(x, axis, 0)
         if x.shape[0] != batch:
-            raise ValueError(f"A system leaf batched by system_axes has {x.shape[0]} members; q0 has {batch}.")
+            raise ValueError(
+                f"A system leaf batched by system_axes has {x.shape[0]} members; q0 has {batch}."
+            )
         return x
 
     arrays = jax.tree.map(to_front, arrays, axes, is_leaf=lambda x: x is None)
     axes = jax.tree.map(lambda axis: None if axis is None else 0, axes, is_leaf=lambda x: x is None)
-    first = jax.tree.map(lambda x, axis: x if axis is None else x[0], arrays, axes, is_leaf=lambda x: x is None)
+    first = jax.tree.map(
+        lambda x, axis: x if axis is None else x[0], arrays, axes, is_leaf=lambda x: x is None
+    )
     if len(devices) > 1 and devices[0].platform == "cpu" and _uses_lapack(eqx.combine(first, static), q0[0]):
         # Observed with jax 0.10.2: LAPACK calls (the route above la.UNROLL_MAX) on several
         # CPU devices at once can hang the process.
@@ -140,9 +150,13 @@ def simulate_batch(
         )
         devices = devices[:1]
     size = -(-batch // len(devices)) * len(devices)
-    arrays = jax.tree.map(lambda x, axis: x if axis is None else _pad(x, size), arrays, axes, is_leaf=lambda x: x is None)
+    arrays = jax.tree.map(
+        lambda x, axis: x if axis is None else _pad(x, size), arrays, axes, is_leaf=lambda x: x is None
+    )
     times = (jnp.asarray(t0, q0.dtype), jnp.asarray(t1, q0.dtype))
-    numeric = {k: jnp.asarray(v, q0.dtype) for k, v in simulate_kwargs.items() if k in _NUMERIC and v is not None}
+    numeric = {
+        k: jnp.asarray(v, q0.dtype) for k, v in simulate_kwargs.items() if k in _NUMERIC and v is not None
+    }
     options = {k: v for k, v in simulate_kwargs.items() if k not in numeric}
     mesh = Mesh(np.array(devices), (_AXIS,))
     solution = _run(arrays, static, axes, _pad(q0, size), _pad(qd0, size), times, numeric, options, mesh)

@@ -88,7 +88,9 @@ class AbstractNonholonomic(AbstractConstraint):
     differentiated once. Subclass it with `residual`."""
 
     @abc.abstractmethod
-    def residual(self, t: Real[ArrayLike, ""], q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, " p"]:
+    def residual(
+        self, t: Real[ArrayLike, ""], q: Float[Array, " n"], qd: Float[Array, " n"]
+    ) -> Float[Array, " p"]:
         """`ψ(t, q, q̇)`, a scalar or a `(p,)` vector."""
 
     def rows(self, t, q, qd):

@@ -30,7 +30,9 @@ def _input_map(d: Dynamics, F: Float[Array, "n m"]) -> Float[Array, "n m"]:
     """`P F`: the accelerations that the columns of `F` produce as forces on the system with
     its constraints (homogeneous: `b = 0`, no non-ideal term); `P = M⁻¹` without them."""
     levels = tuple(
-        ConstraintLevel(eqx.tree_at(lambda r: r.b, level.rows, jnp.zeros_like(level.rows.b)), None, level.method)
+        ConstraintLevel(
+            eqx.tree_at(lambda r: r.b, level.rows, jnp.zeros_like(level.rows.b)), None, level.method
+        )
         for level in d.levels
     )
     # M and the rows are shared by the columns, so vmap factors them once.

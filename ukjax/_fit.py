@@ -53,7 +53,9 @@ class _Parameters(eqx.Module):
         return (self.where(model),) if self.single else tuple(self.where(model))
 
 
-def _parameters(model, where: Callable, positive: bool) -> tuple[_Parameters, Float[Array, " p"], tuple[str, ...]]:
+def _parameters(
+    model, where: Callable, positive: bool
+) -> tuple[_Parameters, Float[Array, " p"], tuple[str, ...]]:
     """`_Parameters`, the starting `θ` and the names of its entries, with the checks."""
     selected = where(model)
     single = not isinstance(selected, (tuple, list))
@@ -73,7 +75,9 @@ def _parameters(model, where: Callable, positive: bool) -> tuple[_Parameters, Fl
 
 def _names(model, leaves) -> tuple[str, ...]:
     """`system.masses[1]`-style names of the selected scalars, found by identity in `model`."""
-    paths = {id(leaf): jax.tree_util.keystr(path) for path, leaf in jax.tree_util.tree_flatten_with_path(model)[0]}
+    paths = {
+        id(leaf): jax.tree_util.keystr(path) for path, leaf in jax.tree_util.tree_flatten_with_path(model)[0]
+    }
     names = []
     for k, leaf in enumerate(leaves):
         base = paths.get(id(leaf), f"<parameter {k}>").lstrip(".")
@@ -360,7 +364,9 @@ def fit_least_squares(
     options = {"jac": jac}
     r0 = _evaluate(fn, theta)
     if not bool(jnp.all(jnp.isfinite(r0))):
-        raise ValueError("The residuals are not finite at the starting parameters; check the start and the data.")
+        raise ValueError(
+            "The residuals are not finite at the starting parameters; check the start and the data."
+        )
     meter = _Progress(max_steps, "least squares", progress)
     costs = [0.5 * float(r0 @ r0)]
     try:
@@ -383,7 +389,9 @@ def fit_least_squares(
     r = np.asarray(_evaluate(fn, theta))
     cost = 0.5 * float(r @ r)
     meter.close(k, cost, "converged" if success else "stopped")
-    stats = _statistics(np.asarray(jacobian), np.asarray(params.values(theta)), positive, r, noise_std, rank_rtol)
+    stats = _statistics(
+        np.asarray(jacobian), np.asarray(params.values(theta)), positive, r, noise_std, rank_rtol
+    )
     res = LeastSquaresResult(params.model(theta), cost, np.asarray(costs), k, success, names, *stats)
     if res.rank < len(res.names):
         directions = "; ".join(res.describe(v) for v in res.unidentifiable)
@@ -457,7 +465,9 @@ class MultipleShooting(eqx.Module):
 
 def _segment_length(k: int, segments: int) -> int:
     if segments < 1 or (k - 1) % segments:
-        raise ValueError(f"{k} saved times cannot be cut into {segments} segments of equal length: need (k − 1) % segments == 0.")
+        raise ValueError(
+            f"{k} saved times cannot be cut into {segments} segments of equal length: need (k − 1) % segments == 0."
+        )
     return (k - 1) // segments
 
 
@@ -502,7 +512,9 @@ def trajectory_residuals(
     if not isinstance(system, AbstractSystem):
         raise TypeError(f"model must be a ukjax system or a MultipleShooting, got {type(model).__name__}.")
     if qm.shape[-2:] != (ts.shape[0], q0.shape[-1]) or qm.shape[:-2] != q0.shape[:-1]:
-        raise ValueError(f"q_measured must have shape {q0.shape[:-1] + (ts.shape[0], q0.shape[-1])} to match q0 and ts, got {qm.shape}.")
+        raise ValueError(
+            f"q_measured must have shape {q0.shape[:-1] + (ts.shape[0], q0.shape[-1])} to match q0 and ts, got {qm.shape}."
+        )
     if qdm is not None and qdm.shape != qm.shape:
         raise ValueError(f"qd_measured must have the shape of q_measured {qm.shape}, got {qdm.shape}.")
     weights = jnp.ones(()) if weights is None else jnp.asarray(weights)
@@ -513,7 +525,9 @@ def trajectory_residuals(
     def one(q0, qd0, qm, qdm, q_starts, qd_starts):
         starts_q = jnp.concatenate([q0[None], q_starts])
         starts_qd = jnp.concatenate([qd0[None], qd_starts])
-        sol = jax.vmap(lambda q, qd, st: simulate(system, q, qd, st[0], st[-1], ts=st, **simulate_kwargs))(starts_q, starts_qd, seg_ts)
+        sol = jax.vmap(lambda q, qd, st: simulate(system, q, qd, st[0], st[-1], ts=st, **simulate_kwargs))(
+            starts_q, starts_qd, seg_ts
+        )
 
         def at_ts(x):  # (S, K + 1, n) segment saves -> (k, n), each shared time once
             return jnp.concatenate([x[:, :-1].reshape(-1, x.shape[-1]), x[-1, -1:]])
@@ -694,7 +708,9 @@ def tune_baumgarte(
         ts = jnp.linspace(t0, t1, saves)
         reference = simulate(csys, q0, qd0, t0, t1, ts=ts, **run)
         if not bool(reference.success):
-            raise ValueError(f"The run with the starting gains fails (status {Status(int(reference.status)).name}); tune from gains that work.")
+            raise ValueError(
+                f"The run with the starting gains fails (status {Status(int(reference.status)).name}); tune from gains that work."
+            )
         h = (t1 - t0) / int(reference.stats["num_accepted_steps"])
         cap = 2 * int(reference.stats["num_steps"]) if max_steps is None else max_steps
     else:
@@ -703,7 +719,9 @@ def tune_baumgarte(
         h, cap = float(dt0), count + 1 if max_steps is None else max_steps
     omega_max = (1 - margin) * real_stability_limit(solver) / h
     if not math.isfinite(omega_max):
-        raise ValueError("tune_baumgarte bounds the gains by an explicit Runge–Kutta solver's stability region; pass one.")
+        raise ValueError(
+            "tune_baumgarte bounds the gains by an explicit Runge–Kutta solver's stability region; pass one."
+        )
     current = csys.stabilization
     omega0 = jnp.sqrt(current.beta) if current is not None else jnp.asarray(0.1 * omega_max)
     omega0 = jnp.clip(jnp.broadcast_to(omega0, (p,) if per_row else ()), 1e-3 * omega_max, 0.5 * omega_max)
@@ -712,11 +730,18 @@ def tune_baumgarte(
 
     def with_gains(gains: _Gains) -> ConstrainedSystem:
         return ConstrainedSystem(
-            csys.system, csys.constraints, gains.baumgarte(), nonideal=csys.nonideal, method=csys.method, sequential=csys.sequential
+            csys.system,
+            csys.constraints,
+            gains.baumgarte(),
+            nonideal=csys.nonideal,
+            method=csys.method,
+            sequential=csys.sequential,
         )
 
     def loss(gains: _Gains):
-        sol = simulate(with_gains(gains), q0, qd0, t0, t1, ts=ts, max_steps=cap, adjoint=diffrax.ForwardMode(), **run)
+        sol = simulate(
+            with_gains(gains), q0, qd0, t0, t1, ts=ts, max_steps=cap, adjoint=diffrax.ForwardMode(), **run
+        )
         drift = jnp.trapezoid(jnp.linalg.norm(sol.phi, axis=1), ts)
         return jnp.where(sol.success, jnp.log(drift), jnp.inf)
 

@@ -84,7 +84,9 @@ def cholesky(M: Float[Array, "n n"]) -> Float[Array, "n n"]:
     return _array(_cholesky(_entries(M)))
 
 
-def solve_lower(L: Float[Array, "n n"], B: Float[Array, "n *k"], *, transpose: bool = False) -> Float[Array, "n *k"]:
+def solve_lower(
+    L: Float[Array, "n n"], B: Float[Array, "n *k"], *, transpose: bool = False
+) -> Float[Array, "n *k"]:
     """`L⁻¹ B`, or `L⁻ᵀ B` with `transpose=True`, for lower triangular `L`."""
     if not unrolled(L.shape[0]):
         return jsl.solve_triangular(L, B, lower=True, trans=1 if transpose else 0)
@@ -92,7 +94,9 @@ def solve_lower(L: Float[Array, "n n"], B: Float[Array, "n *k"], *, transpose: b
     Ls = _entries(L)
     if B.ndim == 1:
         return jnp.stack(solve(Ls, [B[i] for i in range(B.shape[0])]))
-    return jnp.stack([jnp.stack(solve(Ls, [B[i, j] for i in range(B.shape[0])])) for j in range(B.shape[1])], axis=1)
+    return jnp.stack(
+        [jnp.stack(solve(Ls, [B[i, j] for i in range(B.shape[0])])) for j in range(B.shape[1])], axis=1
+    )
 
 
 def cho_solve(L: Float[Array, "n n"], B: Float[Array, "n *k"]) -> Float[Array, "n *k"]:
@@ -137,7 +141,9 @@ def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array
     p, n = B.shape
     eps = jnp.finfo(B.dtype).eps
 
-    pairs = jnp.array(np.array([(i, j) for i in range(p) for j in range(i + 1, p)], dtype=np.int32).reshape(-1, 2))
+    pairs = jnp.array(
+        np.array([(i, j) for i in range(p) for j in range(i + 1, p)], dtype=np.int32).reshape(-1, 2)
+    )
 
     def rotate_pair(k, carry):
         # One pair at a time in a loop (not unrolled): this is the rare path, and unrolling

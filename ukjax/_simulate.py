@@ -143,9 +143,15 @@ def _status(result, start_finite, health, q, qd) -> Int[Array, ""]:
     status = jnp.where(
         (result == diffrax.RESULTS.successful) | (result == diffrax.RESULTS.event_occurred),
         status,
-        jnp.where(result == diffrax.RESULTS.max_steps_reached, Status.MAX_STEPS_REACHED, Status.SOLVER_FAILED),
+        jnp.where(
+            result == diffrax.RESULTS.max_steps_reached, Status.MAX_STEPS_REACHED, Status.SOLVER_FAILED
+        ),
     )
-    for index, code in ((_NONFINITE, Status.NONFINITE_STATE), (_RANK, Status.REDUNDANT_CONSTRAINTS), (_MASS, Status.SINGULAR_MASS_MATRIX)):
+    for index, code in (
+        (_NONFINITE, Status.NONFINITE_STATE),
+        (_RANK, Status.REDUNDANT_CONSTRAINTS),
+        (_MASS, Status.SINGULAR_MASS_MATRIX),
+    ):
         status = jnp.where(met[index], code, status)
     return jnp.where(start_finite, status, Status.NONFINITE_STATE).astype(jnp.int32)
 
@@ -243,7 +249,9 @@ def simulate(
 
 
 @eqx.filter_jit
-def _simulate(system, q0, qd0, t0, t1, ts, solver, rtol, atol, dt0, adaptive, max_steps, adjoint, throw, progress_meter):
+def _simulate(
+    system, q0, qd0, t0, t1, ts, solver, rtol, atol, dt0, adaptive, max_steps, adjoint, throw, progress_meter
+):
     controller = diffrax.PIDController(rtol=rtol, atol=atol) if adaptive else diffrax.ConstantStepSize()
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(_vector_field),

@@ -446,12 +446,17 @@ class ComposedSystem(AbstractSystem):
 
     def forces(self, t, q, qd):
         self._check(q)
-        return jnp.concatenate([p.forces(t, self.part(q, name), self.part(qd, name)) for name, p in self.parts.items()])
+        return jnp.concatenate(
+            [p.forces(t, self.part(q, name), self.part(qd, name)) for name, p in self.parts.items()]
+        )
 
     def dynamics(self, t, q, qd):
         self._check(q)
         n = self.num_coordinates
-        parts = [(self.slice(name), p.dynamics(t, self.part(q, name), self.part(qd, name))) for name, p in self.parts.items()]
+        parts = [
+            (self.slice(name), p.dynamics(t, self.part(q, name), self.part(qd, name)))
+            for name, p in self.parts.items()
+        ]
         depth = max(len(d.levels) for _, d in parts)
         levels = []
         # Levels are aligned at the last one, so that every part's own joint solve lands in

@@ -22,5 +22,7 @@ class SineInputs(eqx.Module):
     frequency: Float[Array, " m"] = eqx.field(converter=as_inexact)
     phase: Float[Array, " m"] = eqx.field(converter=as_inexact)
 
-    def __call__(self, t: Float[ArrayLike, ""], q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, " n"]:
+    def __call__(
+        self, t: Float[ArrayLike, ""], q: Float[Array, " n"], qd: Float[Array, " n"]
+    ) -> Float[Array, " n"]:
         return self.actuation @ (self.amplitude * jnp.sin(self.frequency * t + self.phase))

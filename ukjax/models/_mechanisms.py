@@ -62,11 +62,15 @@ class ObjectTrajectory(AbstractHolonomic):
     def residual(self, t, q):
         theta = self.chain.absolute_angles(q)
         l = self.chain.lengths
-        centre = self.chain.joint_positions(q)[2] + 0.5 * l[2] * jnp.stack([jnp.cos(theta[2]), jnp.sin(theta[2])])
+        centre = self.chain.joint_positions(q)[2] + 0.5 * l[2] * jnp.stack(
+            [jnp.cos(theta[2]), jnp.sin(theta[2])]
+        )
         return jnp.stack([centre[0] - 1.5 * l[0], centre[1] - 0.5 * l[0] * (1 - jnp.cos(t)), theta[2]])
 
 
-def coordinated_robots(l: float = 1.0, m: float = 1.0, inertia: float = 1.0, g: float = 9.8, L: float = 3.0) -> Model:
+def coordinated_robots(
+    l: float = 1.0, m: float = 1.0, inertia: float = 1.0, g: float = 9.8, L: float = 3.0
+) -> Model:
     """Seed 002 §V: two planar 3-link robots holding a common load, as one 5-link chain in
     absolute angles whose tip is hinged to the ground at `(L, 0)` (eq. 57–63); 6 actuators
     (eq. 70), 3 DOF. This is also the dual-arm system of seed 004 (two 3-link arms carrying a
@@ -113,7 +117,9 @@ class PointTrajectory(AbstractHolonomic):
 
 
 # Seed 000 §4.1, as printed (NumPy, so that it keeps float64 whatever JAX's mode at import).
-PARALLEL_2DOF_Q0 = np.array([1.3015, -2.1752, 0.0, 0.25, 2.9105, -1.4593, 0.43, 0.0, 2.981, 1.8776, 0.4269, 0.5005])
+PARALLEL_2DOF_Q0 = np.array(
+    [1.3015, -2.1752, 0.0, 0.25, 2.9105, -1.4593, 0.43, 0.0, 2.981, 1.8776, 0.4269, 0.5005]
+)
 
 
 def parallel_2dof() -> Model:
@@ -131,10 +137,17 @@ def parallel_2dof() -> Model:
         lengths, com, masses, inertias = (jnp.array(column) for column in zip(*links))
         chains[name] = PlanarChain(lengths, masses, com, inertias, gravity=(0.0, 0.0), floating_base=True)
     system = ComposedSystem(chains)
-    bases = tuple(PointConstraint(system, JointPoint(0, name), jnp.asarray(system.part(PARALLEL_2DOF_Q0, name)[2:])) for name in chains)
-    tips = tuple(PointConstraint(system, JointPoint(2, "chain1"), JointPoint(2, name)) for name in ("chain2", "chain3"))
+    bases = tuple(
+        PointConstraint(system, JointPoint(0, name), jnp.asarray(system.part(PARALLEL_2DOF_Q0, name)[2:]))
+        for name in chains
+    )
+    tips = tuple(
+        PointConstraint(system, JointPoint(2, "chain1"), JointPoint(2, name)) for name in ("chain2", "chain3")
+    )
     constraints = bases + tips
-    q0, qd0 = ConstrainedSystem(system, constraints).project(0.0, jnp.asarray(PARALLEL_2DOF_Q0), jnp.zeros(12))
+    q0, qd0 = ConstrainedSystem(system, constraints).project(
+        0.0, jnp.asarray(PARALLEL_2DOF_Q0), jnp.zeros(12)
+    )
     actuation = jnp.zeros((12, 3)).at[jnp.array([0, 4, 8]), jnp.arange(3)].set(1.0)  # motors at the bases
     # §4.2: x_E = x_e1 + 0.01 cos t, y_E = y_e1, with (x_e1, y_e1) placed so that the start is
     # on the trajectory (the seed leaves the reference point to be chosen from the start).

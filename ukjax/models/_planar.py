@@ -65,13 +65,20 @@ class PlanarChain(AbstractUnconstrainedSystem):
         self.absolute = absolute
         self.floating_base = floating_base
         k = self.lengths.shape
-        if self.lengths.ndim != 1 or self.masses.shape != k or self.inertias.shape != k or self.com.shape != k + (2,):
+        if (
+            self.lengths.ndim != 1
+            or self.masses.shape != k
+            or self.inertias.shape != k
+            or self.com.shape != k + (2,)
+        ):
             raise ValueError(
                 "PlanarChain needs lengths, masses and inertias of shape (k,) and com of shape (k,) or "
                 f"(k, 2); got {self.lengths.shape}, {self.masses.shape}, {self.inertias.shape}, {self.com.shape}."
             )
         if self.gravity.shape != (2,) or self.base.shape != (2,):
-            raise ValueError(f"gravity and base must have shape (2,), got {self.gravity.shape}, {self.base.shape}.")
+            raise ValueError(
+                f"gravity and base must have shape (2,), got {self.gravity.shape}, {self.base.shape}."
+            )
 
     @property
     def num_links(self) -> int:
@@ -128,18 +135,24 @@ class PlanarChain(AbstractUnconstrainedSystem):
             r = (c[i] * com[i, 0] - s[i] * com[i, 1], s[i] * com[i, 0] + c[i] * com[i, 1])
             # ∂(CoM i)/∂θⱼ in absolute angles: the link vector turned by 90° for j < i, the
             # CoM offset turned by 90° for j = i.
-            columns = [(-l[j] * s[j], l[j] * c[j]) for j in range(i)] + [(-r[1], r[0])] + [(zero, zero)] * (k - i - 1)
+            columns = (
+                [(-l[j] * s[j], l[j] * c[j]) for j in range(i)]
+                + [(-r[1], r[0])]
+                + [(zero, zero)] * (k - i - 1)
+            )
             if not self.absolute:  # θ_abs,m = Σ_{j ≤ m} q_j: column j is the sum of those for m ≥ j
                 for j in range(k - 2, -1, -1):
                     columns[j] = (columns[j][0] + columns[j + 1][0], columns[j][1] + columns[j + 1][1])
             if self.floating_base:
                 columns += [(1.0 + zero, zero), (zero, 1.0 + zero)]
-            accel = [-w[i] ** 2 * r[a] for a in range(2)]
+            accel = [-(w[i] ** 2) * r[a] for a in range(2)]
             for j in range(i):
                 accel = [accel[0] - l[j] * w[j] ** 2 * c[j], accel[1] - l[j] * w[j] ** 2 * s[j]]
             links.append((columns, accel))
         # dθ_abs,i/dq_j: the rotational part of the mass matrix.
-        rotation = [[1.0 if (j == i or (not self.absolute and j < i)) else 0.0 for j in range(n)] for i in range(k)]
+        rotation = [
+            [1.0 if (j == i or (not self.absolute and j < i)) else 0.0 for j in range(n)] for i in range(k)
+        ]
         return links, rotation
 
     def mass_matrix(self, t, q):
@@ -154,7 +167,9 @@ class PlanarChain(AbstractUnconstrainedSystem):
                         entry = entry + self.inertias[i]
                     M[a][b] = M[a][b] + entry
         zero = jnp.zeros_like(q[0])
-        return jnp.stack([jnp.stack([M[a][b] + zero if b <= a else M[b][a] + zero for b in range(n)]) for a in range(n)])
+        return jnp.stack(
+            [jnp.stack([M[a][b] + zero if b <= a else M[b][a] + zero for b in range(n)]) for a in range(n)]
+        )
 
     def forces(self, t, q, qd):
         links, _ = self._links(q, qd)

@@ -24,7 +24,9 @@ class JointPoint(eqx.Module):
                 raise TypeError(f"JointPoint with part={self.part!r} needs a ComposedSystem.")
             system, q = system.parts[self.part], system.part(q, self.part)
         # A constrained or forced chain has the joints of the chain it wraps.
-        while not hasattr(system, "joint_positions") and isinstance(getattr(system, "system", None), AbstractSystem):
+        while not hasattr(system, "joint_positions") and isinstance(
+            getattr(system, "system", None), AbstractSystem
+        ):
             system = system.system
         if not hasattr(system, "joint_positions"):
             raise TypeError(f"JointPoint needs a chain with joint_positions, got {type(system).__name__}.")

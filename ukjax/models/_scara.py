@@ -153,7 +153,12 @@ def scara_chain(arm: ScaraArm | None = None) -> SerialChain:
         prismatic((0.0, 0.0, 1.0)),
     ]
     centres = jnp.stack(
-        [jnp.stack([0.0, arm.r1, 0.0]), jnp.stack([0.0, l1 + arm.r2, 0.0]), jnp.stack([0.0, l1 + l2, 0.0]), jnp.stack([0.0, l1 + l2, arm.l0])]
+        [
+            jnp.stack([0.0, arm.r1, 0.0]),
+            jnp.stack([0.0, l1 + arm.r2, 0.0]),
+            jnp.stack([0.0, l1 + l2, 0.0]),
+            jnp.stack([0.0, l1 + l2, arm.l0]),
+        ]
     )
     frames = jnp.broadcast_to(jnp.eye(4), (4, 4, 4)).at[:, :3, 3].set(centres)
     # only the z inertias enter: every rotation is about z

@@ -92,7 +92,11 @@ class SerialChain(AbstractUnconstrainedSystem):
         self.inertias = as_inexact(inertias)
         self.gravity = as_inexact(gravity)
         n = len(self.kinds)
-        if self.com_frames.shape != (n, 4, 4) or self.masses.shape != (n,) or self.inertias.shape != (n, 3, 3):
+        if (
+            self.com_frames.shape != (n, 4, 4)
+            or self.masses.shape != (n,)
+            or self.inertias.shape != (n, 3, 3)
+        ):
             raise ValueError(
                 f"SerialChain with {n} joints needs com_frames (n, 4, 4), masses (n,) and inertias "
                 f"(n, 3, 3); got {self.com_frames.shape}, {self.masses.shape}, {self.inertias.shape}."
@@ -119,9 +123,13 @@ class SerialChain(AbstractUnconstrainedSystem):
         Jv = dposes[:, :3, 3, :]
         R = poses[:, :3, :3]
         # spatial angular velocity: ω̂ = Ṙ Rᵀ
-        Jw = jax.vmap(jax.vmap(_vee, in_axes=-1, out_axes=-1))(jnp.einsum("iabk,icb->iack", dposes[:, :3, :3, :], R))
+        Jw = jax.vmap(jax.vmap(_vee, in_axes=-1, out_axes=-1))(
+            jnp.einsum("iabk,icb->iack", dposes[:, :3, :3, :], R)
+        )
         inertia_world = R @ self.inertias @ jnp.swapaxes(R, -1, -2)
-        return jnp.einsum("i,iak,ial->kl", self.masses, Jv, Jv) + jnp.einsum("iak,iab,ibl->kl", Jw, inertia_world, Jw)
+        return jnp.einsum("i,iak,ial->kl", self.masses, Jv, Jv) + jnp.einsum(
+            "iak,iab,ibl->kl", Jw, inertia_world, Jw
+        )
 
     def forces(self, t, q, qd):
         def kinetic(q):
@@ -139,7 +147,9 @@ def _reversed_cholesky(J: Float[Array, "4 4"]) -> Float[Array, "4 4"]:
     return jnp.linalg.cholesky(J[::-1, ::-1])[::-1, ::-1]
 
 
-def log_cholesky(mass: Float[ArrayLike, ""], com: Float[ArrayLike, " 3"], inertia: Float[ArrayLike, "3 3"]) -> Float[Array, " 10"]:
+def log_cholesky(
+    mass: Float[ArrayLike, ""], com: Float[ArrayLike, " 3"], inertia: Float[ArrayLike, "3 3"]
+) -> Float[Array, " 10"]:
     """Log-Cholesky parameters of a rigid body's pseudo-inertia (Rucker & Wensing 2022).
 
     The pseudo-inertia `J = [[Σ, m c], [m cᵀ, m]]`, `Σ = ∫ x xᵀ dm` about the frame's origin,
@@ -165,10 +175,14 @@ def log_cholesky(mass: Float[ArrayLike, ""], com: Float[ArrayLike, " 3"], inerti
     U = _reversed_cholesky(J)
     scale = U[3, 3]
     V = U / scale
-    return jnp.concatenate([jnp.log(scale)[None], jnp.log(jnp.diag(V)[:3]), jnp.stack([V[0, 1], V[1, 2], V[0, 2]]), V[:3, 3]])
+    return jnp.concatenate(
+        [jnp.log(scale)[None], jnp.log(jnp.diag(V)[:3]), jnp.stack([V[0, 1], V[1, 2], V[0, 2]]), V[:3, 3]]
+    )
 
 
-def from_log_cholesky(theta: Float[ArrayLike, " 10"]) -> tuple[Float[Array, ""], Float[Array, " 3"], Float[Array, "3 3"]]:
+def from_log_cholesky(
+    theta: Float[ArrayLike, " 10"],
+) -> tuple[Float[Array, ""], Float[Array, " 3"], Float[Array, "3 3"]]:
     """The inverse of [`ukjax.models.log_cholesky`][]: `(mass, com, inertia about the centre
     of mass)` of a physically consistent body, for any real `θ` (10,)."""
     theta = as_inexact(theta)
@@ -201,7 +215,9 @@ class LogCholeskyChain(AbstractUnconstrainedSystem):
     def __init__(self, chain: SerialChain, theta: Float[ArrayLike, "n 10"] | None = None):
         self.chain = chain
         if theta is None:
-            theta = jax.vmap(log_cholesky)(chain.masses, jnp.zeros(chain.masses.shape + (3,), chain.masses.dtype), chain.inertias)
+            theta = jax.vmap(log_cholesky)(
+                chain.masses, jnp.zeros(chain.masses.shape + (3,), chain.masses.dtype), chain.inertias
+            )
         self.theta = as_inexact(theta)
         if not isinstance(self.theta, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(self.theta))):
             raise ValueError(
@@ -216,7 +232,9 @@ class LogCholeskyChain(AbstractUnconstrainedSystem):
         masses, coms, inertias = jax.vmap(from_log_cholesky)(self.theta)
         frames = self.chain.com_frames
         frames = frames.at[:, :3, 3].add(jnp.einsum("iab,ib->ia", frames[:, :3, :3], coms))
-        return eqx.tree_at(lambda c: (c.com_frames, c.masses, c.inertias), self.chain, (frames, masses, inertias))
+        return eqx.tree_at(
+            lambda c: (c.com_frames, c.masses, c.inertias), self.chain, (frames, masses, inertias)
+        )
 
     def mass_matrix(self, t, q):
         return self.physical().mass_matrix(t, q)
