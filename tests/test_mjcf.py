@@ -214,6 +214,26 @@ def test_equalities_match_mujoco_and_kkt(xml):
     )
 
 
+def test_spatial_rows_equal_automatic_differentiation():
+    """`Connect` and `SiteConstraint` build their rows from joint twists; the generic route
+    differentiates the same residual twice with `jax.jvp`."""
+    rng = np.random.default_rng(4)
+    loop = models.from_mjcf(SPATIAL_LOOP).constraints[0]
+    scara = models.from_mjcf(SCARA).system
+    site = models.SiteConstraint(scara, "tool", models.scara_reference, axes=(0, 2))
+    cases = [
+        (loop, loop.residual, 5),
+        (site, lambda t, q: (scara.site_position(q, "tool") - models.scara_reference(t))[np.array([0, 2])], 4),
+    ]
+    for constraint, residual, n in cases:
+        q, qd = jnp.asarray(rng.normal(size=n)), jnp.asarray(rng.normal(size=n))
+        ours, generic = constraint.rows(0.7, q, qd), ukjax.Holonomic(residual).rows(0.7, q, qd)
+        for field in ("A", "b", "phi", "phid"):
+            np.testing.assert_allclose(getattr(ours, field), getattr(generic, field), atol=1e-13)
+    q = jnp.asarray(rng.normal(size=4))
+    np.testing.assert_allclose(scara.site_jacobian(q, "tool"), jax.jacfwd(lambda q: scara.site_position(q, "tool"))(q), atol=1e-14)
+
+
 def test_closed_chains_hold_in_a_batch():
     model = models.from_mjcf(SPATIAL_LOOP)
     csys = ukjax.ConstrainedSystem(model.system, model.constraints)

@@ -6,9 +6,10 @@ from collections.abc import Callable, Sequence
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from .._constraints import AbstractHolonomic, as_inexact
+from .._constraints import AbstractConstraint, AbstractHolonomic, ConstraintRows, as_inexact
 from .._systems import AbstractUnconstrainedSystem
 
 # Spatial vectors are pairs (angular, linear) of 3-vectors at the world origin: a twist
@@ -354,7 +355,46 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
 
     def site_jacobian(self, q: Float[Array, " n"], site: str) -> Float[Array, "3 n"]:
         """`∂x/∂q` of the site `site`."""
-        return jax.jacfwd(lambda q: self.site_position(q, site))(q)
+        index = self._index(self.site_names, site, "site")
+        body = self.body_names[self.site_bodies[index]]
+        return self.point_motion(q, jnp.zeros_like(q), body, self.site_positions[index])[1]
+
+    def point_motion(
+        self, q: Float[Array, " n"], qd: Float[Array, " n"], body: str, point: Float[ArrayLike, " 3"]
+    ) -> tuple[Float[Array, " 3"], Float[Array, "3 n"], Float[Array, " 3"]]:
+        """A body-fixed point's position `x`, its Jacobian `J = ∂x/∂q` and its acceleration at
+        `q̈ = 0`, `J̇ q̇`, from the joint twists along the body's chain (no automatic
+        differentiation: the rows of [`ukjax.models.Connect`][] and
+        [`ukjax.models.SiteConstraint`][] come from here).
+
+        **Arguments:**
+
+        - `q`, `qd`: the state.
+        - `body`: the body's name (`"world"`: a fixed point).
+        - `point`: the point in the body's frame.
+
+        **Returns:**
+
+        `(x, J, J̇ q̇)`, shapes (3,), (3, n), (3,).
+        """
+        point = as_inexact(point)
+        zero = jnp.zeros(3, q.dtype)
+        index = self.body_index(body)
+        if index < 0:
+            return point.astype(q.dtype), jnp.zeros((3, q.shape[0]), q.dtype), zero
+        chain = sorted(self._ancestors(index))
+        kin = self._kinematics(q, chain)
+        x = kin.positions[-1] + kin.rotations[-1] @ point
+        columns = [jnp.zeros(3, q.dtype)] * q.shape[0]
+        V, A = (zero, zero), (zero, zero)
+        for i, j in enumerate(j for body in chain for j in self._joints_of(body)):
+            S = (kin.twists[i, :3], kin.twists[i, 3:])
+            A = _add(A, _scale(_motion_cross(V, S), qd[j]))
+            V = _add(V, _scale(S, qd[j]))
+            columns[j] = S[1] + jnp.cross(S[0], x)
+        velocity = V[1] + jnp.cross(V[0], x)
+        # a body-fixed point: ẍ = a_O + α × x + ω × ẋ (spatial acceleration (α, a_O))
+        return x, jnp.stack(columns, axis=-1), A[1] + jnp.cross(A[0], x) + jnp.cross(V[0], velocity)
 
 
 def _tree_of(system) -> RigidBodyTree:
@@ -369,9 +409,10 @@ def _tree_of(system) -> RigidBodyTree:
     return system
 
 
-class Connect(AbstractHolonomic):
+class Connect(AbstractConstraint):
     """A point fixed in `body1` coincides with a point fixed in `body2` (MJCF `connect`: a ball
-    joint closing a loop; 3 rows). `body2 = "world"` pins the point in space.
+    joint closing a loop; 3 rows). `body2 = "world"` pins the point in space. Its rows come
+    from the tree's joint twists ([`ukjax.models.RigidBodyTree.point_motion`][]).
 
     **Arguments:**
 
@@ -394,10 +435,17 @@ class Connect(AbstractHolonomic):
         self.body1, self.body2 = body1, body2
         self.anchor1, self.anchor2 = as_inexact(anchor1), as_inexact(anchor2)
 
-    def residual(self, t, q):
+    def residual(self, t, q: Float[Array, " n"]) -> Float[Array, " 3"]:
+        """The gap between the two points."""
         return self.tree.point_position(q, self.body1, self.anchor1) - self.tree.point_position(
             q, self.body2, self.anchor2
         )
+
+    def rows(self, t, q, qd):
+        x1, J1, a1 = self.tree.point_motion(q, qd, self.body1, self.anchor1)
+        x2, J2, a2 = self.tree.point_motion(q, qd, self.body2, self.anchor2)
+        A = J1 - J2
+        return ConstraintRows(A, a2 - a1, x1 - x2, A @ qd)
 
 
 class Weld(AbstractHolonomic):
@@ -483,15 +531,15 @@ class JointCoupling(AbstractHolonomic):
         return x1 - jnp.polyval(self.coefficients[::-1], x2)
 
 
-class SiteConstraint(AbstractHolonomic):
+class SiteConstraint(AbstractConstraint):
     """The site `site` follows a path: `x_site(q) = target(t)` (3 rows), or the components
-    in `axes` only.
+    in `axes` only. Its rows come from the tree's joint twists and the path's derivatives.
 
     **Arguments:**
 
     - `tree`: the [`ukjax.models.RigidBodyTree`][] (or a system wrapping it).
     - `site`: the site's name.
-    - `target`: `target(t) -> (3,)`, the path in world coordinates.
+    - `target`: `target(t) -> (3,)`, the path in world coordinates (differentiable in `t`).
     - `axes`: which world components to prescribe (default all three).
     """
 
@@ -505,6 +553,15 @@ class SiteConstraint(AbstractHolonomic):
         self.tree._index(self.tree.site_names, site, "site")
         self.site, self.target, self.axes = site, target, tuple(axes)
 
-    def residual(self, t, q):
-        error = self.tree.site_position(q, self.site) - jnp.asarray(self.target(t))
-        return jnp.stack([error[i] for i in self.axes])
+    def rows(self, t, q, qd):
+        index = self.tree.site_names.index(self.site)
+        body = self.tree.body_names[self.tree.site_bodies[index]]
+        x, J, bias = self.tree.point_motion(q, qd, body, self.tree.site_positions[index])
+        t = jnp.asarray(t, dtype=q.dtype)
+
+        def path_and_rate(t):
+            return jax.jvp(lambda t: jnp.asarray(self.target(t), q.dtype), (t,), (jnp.ones_like(t),))
+
+        (path, rate), (_, accel) = jax.jvp(path_and_rate, (t,), (jnp.ones_like(t),))
+        keep = np.asarray(self.axes)
+        return ConstraintRows(J[keep], (accel - bias)[keep], (x - path)[keep], (J @ qd - rate)[keep])
