@@ -223,7 +223,11 @@ def test_spatial_rows_equal_automatic_differentiation():
     site = models.SiteConstraint(scara, "tool", models.scara_reference, axes=(0, 2))
     cases = [
         (loop, loop.residual, 5),
-        (site, lambda t, q: (scara.site_position(q, "tool") - models.scara_reference(t))[np.array([0, 2])], 4),
+        (
+            site,
+            lambda t, q: (scara.site_position(q, "tool") - models.scara_reference(t))[np.array([0, 2])],
+            4,
+        ),
     ]
     for constraint, residual, n in cases:
         q, qd = jnp.asarray(rng.normal(size=n)), jnp.asarray(rng.normal(size=n))
@@ -231,7 +235,9 @@ def test_spatial_rows_equal_automatic_differentiation():
         for field in ("A", "b", "phi", "phid"):
             np.testing.assert_allclose(getattr(ours, field), getattr(generic, field), atol=1e-13)
     q = jnp.asarray(rng.normal(size=4))
-    np.testing.assert_allclose(scara.site_jacobian(q, "tool"), jax.jacfwd(lambda q: scara.site_position(q, "tool"))(q), atol=1e-14)
+    np.testing.assert_allclose(
+        scara.site_jacobian(q, "tool"), jax.jacfwd(lambda q: scara.site_position(q, "tool"))(q), atol=1e-14
+    )
 
 
 def test_closed_chains_hold_in_a_batch():
@@ -368,6 +374,21 @@ def test_unsupported_features_named_in_one_warning():
     )
     np.testing.assert_array_equal(model.actuation[:, 1], np.eye(8)[1] * 3)
     np.testing.assert_array_equal(model.actuation[:, 0], 0.0)
+
+
+def test_log_cholesky_tree_is_the_tree():
+    """An imported tree through log-Cholesky parameters: the same dynamics, every θ physical."""
+    tree = models.from_mjcf(ARM).system
+    consistent = models.LogCholeskyChain(tree)
+    rng = np.random.default_rng(5)
+    q, qd = jnp.asarray(rng.normal(size=8)), jnp.asarray(rng.normal(size=8))
+    np.testing.assert_allclose(consistent.mass_matrix(0.0, q), tree.mass_matrix(0.0, q), atol=1e-12)
+    np.testing.assert_allclose(consistent.forces(0.0, q, qd), tree.forces(0.0, q, qd), atol=1e-12)
+    other = eqx.tree_at(
+        lambda m: m.theta, consistent, consistent.theta + jnp.asarray(rng.normal(size=consistent.theta.shape))
+    )
+    masses, _, inertias = other.physical().inertial()
+    assert bool(jnp.all(masses > 0)) and bool(jnp.all(jnp.linalg.eigvalsh(inertias) > 0))
 
 
 def test_bad_files(tmp_path):

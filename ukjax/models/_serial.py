@@ -102,6 +102,16 @@ class SerialChain(AbstractUnconstrainedSystem):
                 f"(n, 3, 3); got {self.com_frames.shape}, {self.masses.shape}, {self.inertias.shape}."
             )
 
+    def inertial(self) -> tuple[Float[Array, " n"], Float[Array, "n 3"], Float[Array, "n 3 3"]]:
+        """Masses, centres of mass and inertias in the links' frames at `q = 0` (the centre
+        of mass is each frame's origin)."""
+        return self.masses, jnp.zeros_like(self.com_frames[:, :3, 3]), self.inertias
+
+    def with_inertial(self, masses, coms, inertias) -> "SerialChain":
+        """The chain with other masses, centres of mass (in the current frames) and inertias."""
+        frames = self.com_frames.at[:, :3, 3].add(jnp.einsum("iab,ib->ia", self.com_frames[:, :3, :3], coms))
+        return eqx.tree_at(lambda c: (c.com_frames, c.masses, c.inertias), self, (frames, masses, inertias))
+
     def link_poses(self, q: Float[Array, " n"]) -> Float[Array, "n 4 4"]:
         """Each link's centre-of-mass frame `gᵢ(q)`."""
         poses, g = [], jnp.eye(4)
@@ -197,44 +207,41 @@ def from_log_cholesky(
 
 
 class LogCholeskyChain(AbstractUnconstrainedSystem):
-    """A [`ukjax.models.SerialChain`][] whose links' inertial parameters are log-Cholesky
-    parameters (see [`ukjax.models.log_cholesky`][]): any value of `theta` is a physically
-    consistent set of masses, centres of mass and inertias, so an unconstrained fit
-    (`where=lambda m: m.theta`) cannot leave the physical set. Each link's parameters are
-    expressed in its centre-of-mass frame of `chain` at `q = 0`.
+    """A [`ukjax.models.SerialChain`][] or [`ukjax.models.RigidBodyTree`][] whose bodies'
+    inertial parameters are log-Cholesky parameters (see [`ukjax.models.log_cholesky`][]):
+    any value of `theta` is a physically consistent set of masses, centres of mass and
+    inertias, so an unconstrained fit (`where=lambda m: m.theta`) cannot leave the physical
+    set. Each body's parameters are expressed in its own frame (a chain's link frames at
+    `q = 0`, a tree's body frames).
 
     **Arguments:**
 
-    - `chain`: the geometry (joints, reference frames, gravity).
-    - `theta`: shape (n, 10); default: `chain`'s own inertial parameters.
+    - `chain`: the geometry (joints, frames, gravity, and for a tree damping and springs).
+    - `theta`: shape (b, 10); default: `chain`'s own inertial parameters.
     """
 
-    chain: SerialChain
-    theta: Float[Array, "n 10"]
+    chain: AbstractUnconstrainedSystem
+    theta: Float[Array, "b 10"]
 
-    def __init__(self, chain: SerialChain, theta: Float[ArrayLike, "n 10"] | None = None):
-        self.chain = chain
-        if theta is None:
-            theta = jax.vmap(log_cholesky)(
-                chain.masses, jnp.zeros(chain.masses.shape + (3,), chain.masses.dtype), chain.inertias
+    def __init__(self, chain: AbstractUnconstrainedSystem, theta: Float[ArrayLike, "b 10"] | None = None):
+        if not hasattr(chain, "inertial") or not hasattr(chain, "with_inertial"):
+            raise TypeError(
+                f"LogCholeskyChain needs a SerialChain or a RigidBodyTree, got {type(chain).__name__}."
             )
-        self.theta = as_inexact(theta)
+        self.chain = chain
+        masses, coms, inertias = chain.inertial()
+        self.theta = jax.vmap(log_cholesky)(masses, coms, inertias) if theta is None else as_inexact(theta)
         if not isinstance(self.theta, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(self.theta))):
             raise ValueError(
                 "The chain's inertial parameters are not physically consistent (a pseudo-inertia that is "
                 "not positive definite: a mass ≤ 0, or principal inertias that break Iₐ + I_b ≥ I_c)."
             )
-        if self.theta.shape != (chain.masses.shape[0], 10):
-            raise ValueError(f"theta must have shape ({chain.masses.shape[0]}, 10), got {self.theta.shape}.")
+        if self.theta.shape != (masses.shape[0], 10):
+            raise ValueError(f"theta must have shape ({masses.shape[0]}, 10), got {self.theta.shape}.")
 
-    def physical(self) -> SerialChain:
+    def physical(self) -> AbstractUnconstrainedSystem:
         """The chain with the inertial parameters `theta` stands for."""
-        masses, coms, inertias = jax.vmap(from_log_cholesky)(self.theta)
-        frames = self.chain.com_frames
-        frames = frames.at[:, :3, 3].add(jnp.einsum("iab,ib->ia", frames[:, :3, :3], coms))
-        return eqx.tree_at(
-            lambda c: (c.com_frames, c.masses, c.inertias), self.chain, (frames, masses, inertias)
-        )
+        return self.chain.with_inertial(*jax.vmap(from_log_cholesky)(self.theta))
 
     def mass_matrix(self, t, q):
         return self.physical().mass_matrix(t, q)

@@ -212,6 +212,14 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         if wrong:
             raise ValueError(f"RigidBodyTree with {b} bodies and {n} joints expects {expected}; got {wrong}.")
 
+    def inertial(self) -> tuple[Float[Array, " b"], Float[Array, "b 3"], Float[Array, "b 3 3"]]:
+        """Masses, centres of mass and inertias (about the centres of mass) in the body frames."""
+        return self.masses, self.coms, self.inertias
+
+    def with_inertial(self, masses, coms, inertias) -> "RigidBodyTree":
+        """The tree with other masses, centres of mass and inertias (in the body frames)."""
+        return eqx.tree_at(lambda t: (t.masses, t.coms, t.inertias), self, (masses, coms, inertias))
+
     def _joints_of(self, body: int) -> range:
         first = self.joint_bodies.index(body) if body in self.joint_bodies else 0
         return range(first, first + self.joint_bodies.count(body))
