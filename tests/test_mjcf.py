@@ -150,7 +150,7 @@ def _mujoco_state(xml: str, q, qd):
 
 @pytest.mark.parametrize(
     "xml",
-    [ARM, SPATIAL_LOOP, WELD, SCARA, (EXAMPLES / "parallel_2dof.xml").read_text()],
+    [ARM, SPATIAL_LOOP, WELD, SCARA, models.PARALLEL_2DOF_MJCF.read_text()],
     ids=["arm7", "spatial_loop", "weld", "scara", "parallel_2dof"],
 )
 def test_tree_matches_mujoco(xml):
@@ -285,7 +285,7 @@ def test_scara_from_mjcf_matches_hand_built():
 
 def test_parallel_robot_from_mjcf_matches_hand_built():
     seed = models.parallel_2dof()
-    model = models.from_mjcf(EXAMPLES / "parallel_2dof.xml", keyframe="start")
+    model = models.from_mjcf(models.PARALLEL_2DOF_MJCF, keyframe="start")
     angles = np.array([0, 1, 4, 5, 8, 9])
     np.testing.assert_allclose(model.q0, seed.q0[angles], atol=1e-15)
     torques = jnp.array([0.02, -0.01, 0.005])

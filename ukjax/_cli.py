@@ -367,7 +367,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="simulate.png", help="where to write the plot")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=_simulate)
-    args = parser.parse_args(argv)
+    p = commands.add_parser(
+        "bench",
+        help="throughput of closed chains against MuJoCo's rollout (and MJX), about a minute",
+        add_help=False,
+    )
+    p.set_defaults(run=None)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":
+        from ukjax._bench import main as bench
+
+        return bench(rest, batch=256, steps=200, mjx_batch=0)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     jax.config.update("jax_enable_x64", True)
     args.run(args)
 

@@ -3,6 +3,7 @@
 from ._excitation import SineInputs as SineInputs
 from ._mechanisms import (
     PARALLEL_2DOF_LINKS as PARALLEL_2DOF_LINKS,
+    PARALLEL_2DOF_MJCF as PARALLEL_2DOF_MJCF,
 )
 from ._mechanisms import (
     PARALLEL_2DOF_Q0 as PARALLEL_2DOF_Q0,

@@ -1,5 +1,7 @@
 """The seeds' mechanisms built from the general builders."""
 
+from pathlib import Path
+
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
@@ -93,6 +95,10 @@ def coordinated_robots(
     q0 = jnp.deg2rad(jnp.array([60.0, -60.0, 0.0, 60.0, -60.0]))
     return Model(chain, (closure,), q0, jnp.zeros(5), servo=(ObjectTrajectory(chain),), actuation=actuation)
 
+
+# The same robot as MJCF (bases hinged to the ground, tips joined by two site `connect`s, a
+# motor at each base, keyframe "start" = seed 000's configuration), for `from_mjcf` and MuJoCo.
+PARALLEL_2DOF_MJCF = Path(__file__).parent / "parallel_2dof.xml"
 
 # Seed 000 Table 2: (length, centre-of-mass distance, mass, inertia about the centre of mass)
 # of links a (active, at the base) and b (passive) of chains 1–3.

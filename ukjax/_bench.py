@@ -1,0 +1,220 @@
+"""Batch throughput of closed-chain simulation: ukjax against MuJoCo (`rollout`) and MJX.
+
+Two mechanisms of the seeds, each written once for ukjax and once as MJCF with `connect`
+equality constraints: seed 002's coordinated robots (a 5-link closed chain hinged to the
+ground at both ends, passive under gravity) and seed 000's parallel robot (three 2-link chains
+joined at the end effector, driven by constant base torques); and the parallel robot read from
+one MJCF file by both simulators (`ukjax.models.PARALLEL_2DOF_MJCF` through
+`ukjax.models.from_mjcf`). Same integrator (RK4), step
+(1 ms), horizon and batch for all; times are taken after compilation, in the same run.
+ukjax runs `simulate_batch` over every CPU core (one JAX device per core), MuJoCo's threaded
+`rollout` on every core; MJX (the JAX port of MuJoCo) runs a smaller batch, vmapped.
+
+Loop-closure violation: the largest coordinate of the tip-to-anchor (or tip-to-tip)
+distance over the run (MuJoCo: every step, from sensors; ukjax: every 10th step, `sol.phi`).
+
+    ukjax bench [--batch 256] [--steps 200] [--mjx-batch 0]       (about a minute)
+    python benchmarks/throughput.py [--batch 2048] [--steps 1000] [--mjx-batch 256]
+
+Last line: `throughput ratio ukjax/mujoco R violation ukjax V1 mujoco V2` (the smaller of the
+three cases' ratios, the larger of their violations).
+"""
+
+import argparse
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import ukjax
+from ukjax import models
+
+CORES = os.cpu_count() or 1
+DT = 1e-3
+TORQUES = (0.02, -0.01, 0.005)  # parallel robot, base motors of chains 1–3 [N·m]
+
+
+def _link(name, com, mass, inertia, pos, inner=""):
+    return (
+        f'<body name="{name}" pos="{pos[0]} {pos[1]} 0"><joint name="{name}" type="hinge" axis="0 0 1"/>'
+        f'<inertial pos="{com} 0 0" mass="{mass}" diaginertia="{inertia} {inertia} {inertia}"/>'
+        f"{inner}</body>"
+    )
+
+
+def coordinated():
+    """Seed 002 §V: ukjax's model, and the same chain as MJCF (relative angles)."""
+    m = models.coordinated_robots()
+    body = '<site name="tip" pos="1 0 0"/>'
+    for i in range(5, 0, -1):
+        body = _link(f"l{i}", 0.5, 1.0, 1.0, (0, 0) if i == 1 else (1, 0), inner=body)
+    xml = f"""<mujoco><option gravity="0 -9.8 0" timestep="{DT}" integrator="RK4"/>
+      <worldbody><site name="anchor" pos="3 0 0"/>{body}</worldbody>
+      <equality><connect site1="tip" site2="anchor"/></equality>
+      <sensor><framepos objtype="site" objname="tip"/></sensor></mujoco>"""
+    qpos = np.diff(np.asarray(m.q0), prepend=0.0)  # absolute angles → relative
+    system = ukjax.ConstrainedSystem(m.system, m.constraints)
+
+    def violation(sensors):
+        return np.max(np.abs(sensors[..., :2] - np.array([3.0, 0.0])))
+
+    return "coordinated robots (seed 002)", system, m.q0, xml, qpos, np.zeros(0), violation
+
+
+def parallel():
+    """Seed 000: ukjax's model (floating bases held by constraints) under constant base
+    torques, and the same robot as MJCF (bases hinged to the world)."""
+    m = models.parallel_2dof()
+    q0 = np.asarray(m.q0)
+    chains = []
+    for i, (name, (a, b)) in enumerate(models.PARALLEL_2DOF_LINKS.items()):
+        tip = f'<site name="tip{i}" pos="{b[0]} 0 0"/>'
+        inner = _link(f"{name}b", b[1], b[2], b[3], (a[0], 0), inner=tip)
+        chains.append(_link(f"{name}a", a[1], a[2], a[3], q0[4 * i + 2 : 4 * i + 4], inner=inner))
+    motors = "".join(f'<motor joint="{name}a" gear="1"/>' for name in models.PARALLEL_2DOF_LINKS)
+    xml = f"""<mujoco><option gravity="0 0 0" timestep="{DT}" integrator="RK4"/>
+      <worldbody>{"".join(chains)}</worldbody>
+      <equality><connect site1="tip1" site2="tip0"/><connect site1="tip2" site2="tip0"/></equality>
+      <actuator>{motors}</actuator>
+      <sensor>{"".join(f'<framepos objtype="site" objname="tip{i}"/>' for i in range(3))}</sensor></mujoco>"""
+    qpos = q0.reshape(3, 4)[:, :2].reshape(-1)
+    torque = jnp.zeros(12).at[jnp.array([0, 4, 8])].set(jnp.array(TORQUES))
+    system = ukjax.ConstrainedSystem(ukjax.Forced(m.system, lambda t, q, qd: torque), m.constraints)
+
+    def violation(sensors):
+        tips = sensors.reshape(sensors.shape[:-1] + (3, 3))[..., :2]
+        return np.max(np.abs(tips[..., 1:, :] - tips[..., :1, :]))
+
+    return "parallel robot (seed 000)", system, m.q0, xml, qpos, np.array(TORQUES), violation
+
+
+def from_file():
+    """`models.PARALLEL_2DOF_MJCF` read by both: `ukjax.models.from_mjcf` (exact `connect`
+    constraints) and `mujoco.MjModel` (soft ones), same keyframe, same motor inputs."""
+    path = models.PARALLEL_2DOF_MJCF
+    m = models.from_mjcf(path, keyframe="start")
+    torque = m.actuation @ jnp.array(TORQUES)
+    system = ukjax.ConstrainedSystem(ukjax.Forced(m.system, lambda t, q, qd: torque), m.constraints)
+    *_, violation = parallel()
+    # the rows are 3D: the planar tips' z rows are identically zero
+    return (
+        "parallel robot, one MJCF file",
+        system,
+        m.q0,
+        path.read_text(),
+        np.asarray(m.q0),
+        np.array(TORQUES),
+        violation,
+    )
+
+
+def run_ukjax(system, q0, batch, steps):
+    q0 = jnp.broadcast_to(q0, (batch, q0.shape[0]))
+    kwargs = dict(
+        solver=ukjax.RK4(),
+        adaptive=False,
+        dt0=DT,
+        max_steps=steps,
+        ts=jnp.linspace(0, steps * DT, steps // 10 + 1),
+    )
+
+    def go():
+        return jax.block_until_ready(
+            ukjax.simulate_batch(system, q0, jnp.zeros_like(q0), 0.0, steps * DT, **kwargs)
+        )
+
+    start = time.perf_counter()
+    go()
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    sol = go()
+    elapsed = time.perf_counter() - start
+    assert bool(jnp.all(sol.status == ukjax.Status.SUCCESS)), sol.status
+    return batch * steps / elapsed, float(jnp.max(jnp.abs(sol.phi))), compile_s
+
+
+def run_mujoco(xml, qpos, ctrl, batch, steps, violation):
+    import mujoco
+    from mujoco import rollout
+
+    model = mujoco.MjModel.from_xml_string(xml)
+    data = mujoco.MjData(model)
+    data.qpos[:] = qpos
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    state = np.empty(mujoco.mj_stateSize(model, spec))
+    mujoco.mj_getState(model, data, state, spec)
+    initial = np.tile(state, (batch, 1))
+    control = np.tile(ctrl, (batch, steps, 1)) if ctrl.size else None
+    datas = [mujoco.MjData(model) for _ in range(CORES)]
+    rollout.rollout(model, datas, initial[:CORES], None if control is None else control[:CORES], nstep=steps)
+    start = time.perf_counter()
+    _, sensors = rollout.rollout(model, datas, initial, control, nstep=steps)
+    elapsed = time.perf_counter() - start
+    return batch * steps / elapsed, violation(sensors)
+
+
+def run_mjx(xml, qpos, ctrl, batch, steps, violation):
+    import mujoco
+    from mujoco import mjx
+
+    model = mujoco.MjModel.from_xml_string(xml)
+    mx = mjx.put_model(model)
+    dx = mjx.make_data(mx).replace(qpos=jnp.asarray(qpos), ctrl=jnp.asarray(ctrl))
+    dx = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), dx)
+
+    @jax.jit
+    @jax.vmap
+    def simulate(d):
+        def step(d, _):
+            d = mjx.step(mx, d)
+            return d, d.sensordata
+
+        return jax.lax.scan(step, d, None, length=steps)[1]
+
+    jax.block_until_ready(simulate(dx))
+    start = time.perf_counter()
+    sensors = jax.block_until_ready(simulate(dx))
+    elapsed = time.perf_counter() - start
+    return batch * steps / elapsed, violation(np.asarray(sensors))
+
+
+def main(
+    argv: list[str] | None = None, *, batch: int = 2048, steps: int = 1000, mjx_batch: int = 256
+) -> None:
+    """Run the comparison and print its table and last line (`argv`: command-line arguments)."""
+    import mujoco
+
+    parser = argparse.ArgumentParser(prog="ukjax bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=batch)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument(
+        "--mjx-batch", type=int, default=mjx_batch, help="0 leaves MJX out (needs mujoco-mjx)"
+    )
+    args = parser.parse_args(argv)
+    # one JAX device per core, before any computation initialises the backend
+    jax.config.update("jax_num_cpu_devices", CORES)
+    jax.config.update("jax_enable_x64", True)
+    print(
+        f"{CORES} CPU cores; jax {jax.__version__} on {len(jax.devices())} {jax.default_backend()} devices, "
+        f"mujoco {mujoco.__version__}; float64; RK4, dt {DT} s, {args.steps} steps, batch {args.batch} "
+        f"(MJX {args.mjx_batch})"
+    )
+    print(f"{'mechanism':30s} {'simulator':8s} {'M steps/s':>10s} {'ratio':>7s} {'violation':>10s}")
+    ratios, violations = [], []
+    for name, system, q0, xml, qpos, ctrl, violation in (coordinated(), parallel(), from_file()):
+        uk_rate, uk_violation, compile_s = run_ukjax(system, q0, args.batch, args.steps)
+        mj_rate, mj_violation = run_mujoco(xml, qpos, ctrl, args.batch, args.steps, violation)
+        rows = [("ukjax", uk_rate, uk_violation), ("mujoco", mj_rate, mj_violation)]
+        if args.mjx_batch:
+            rows.append(("mjx", *run_mjx(xml, qpos, ctrl, args.mjx_batch, args.steps, violation)))
+        for simulator, rate, v in rows:
+            print(f"{name:30s} {simulator:8s} {rate / 1e6:10.3f} {rate / mj_rate:7.2f} {v:10.1e}")
+        print(f"{'':30s} (ukjax compile {compile_s:.1f} s)")
+        ratios.append(uk_rate / mj_rate)
+        violations.append((uk_violation, mj_violation))
+    print(
+        f"throughput ratio ukjax/mujoco {min(ratios):.2f} violation ukjax {max(v[0] for v in violations):.1e} "
+        f"mujoco {max(v[1] for v in violations):.1e}"
+    )
