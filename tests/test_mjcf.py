@@ -150,8 +150,15 @@ def _mujoco_state(xml: str, q, qd):
 
 @pytest.mark.parametrize(
     "xml",
-    [ARM, SPATIAL_LOOP, WELD, SCARA, models.PARALLEL_2DOF_MJCF.read_text()],
-    ids=["arm7", "spatial_loop", "weld", "scara", "parallel_2dof"],
+    [
+        ARM,
+        SPATIAL_LOOP,
+        WELD,
+        SCARA,
+        models.PARALLEL_2DOF_MJCF.read_text(),
+        (EXAMPLES / "fourbar.xml").read_text(),
+    ],
+    ids=["arm7", "spatial_loop", "weld", "scara", "parallel_2dof", "fourbar"],
 )
 def test_tree_matches_mujoco(xml):
     tree = models.from_mjcf(xml).system

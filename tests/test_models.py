@@ -34,7 +34,9 @@ def to_pinocchio_order(chain, x):
     return np.concatenate([x[chain.num_links :], x[: chain.num_links]]) if chain.floating_base else x
 
 
-@pytest.mark.parametrize("k,floating", [(1, False), (3, False), (6, False), (2, True), (4, True)])
+@pytest.mark.parametrize(
+    "k,floating", [(1, False), (3, False), (6, False), (2, True), (4, True), (12, False), (9, True)]
+)
 def test_planar_chain_matches_pinocchio(k, floating):
     chain = random_chain(k, floating_base=floating)
     n = chain.num_coordinates

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from .._constraints import as_inexact
+from .._linalg import UNROLL_MAX
 from .._systems import AbstractUnconstrainedSystem
 
 
@@ -155,8 +156,41 @@ class PlanarChain(AbstractUnconstrainedSystem):
         ]
         return links, rotation
 
+    def _arrays(self, q, qd):
+        """`_links` as arrays for long chains, where one scalar per entry would make the traced
+        program grow as k·n²: the CoM Jacobians (k, n, 2), the CoM accelerations at zero `q̈`
+        (k, 2) and `dθ_abs/dq` (k, n)."""
+        k = self.num_links
+        lower = jnp.tril(jnp.ones((k, k), q.dtype))
+        to_absolute = lower if not self.absolute else jnp.eye(k, dtype=q.dtype)
+        theta, w = to_absolute @ q[:k], to_absolute @ qd[:k]
+        c, s = jnp.cos(theta), jnp.sin(theta)
+        links = self.lengths[:, None] * jnp.stack([c, s], axis=-1)
+        offsets = _rotate(theta, self.com)
+
+        def perp(v):
+            return jnp.stack([-v[..., 1], v[..., 0]], axis=-1)
+
+        before = lower - jnp.eye(k, dtype=q.dtype)  # j < i
+        J = (
+            before[:, :, None] * perp(links)[None]
+            + jnp.eye(k, dtype=q.dtype)[:, :, None] * perp(offsets)[:, None]
+        )
+        J = jnp.einsum("ijd,jm->imd", J, to_absolute)
+        rotation = to_absolute
+        if self.floating_base:
+            J = jnp.concatenate([J, jnp.broadcast_to(jnp.eye(2, dtype=q.dtype), (k, 2, 2))], axis=1)
+            rotation = jnp.concatenate([rotation, jnp.zeros((k, 2), q.dtype)], axis=1)
+        accel = -(w**2)[:, None] * offsets - before @ ((w**2)[:, None] * links)
+        return J, accel, rotation
+
     def mass_matrix(self, t, q):
         n = self.num_coordinates
+        if n > UNROLL_MAX:
+            J, _, rotation = self._arrays(q, jnp.zeros_like(q))
+            return jnp.einsum("i,iad,ibd->ab", self.masses, J, J) + jnp.einsum(
+                "i,ia,ib->ab", self.inertias, rotation, rotation
+            )
         links, rotation = self._links(q, jnp.zeros_like(q))
         M = [[0.0] * n for _ in range(n)]
         for i, (J, _) in enumerate(links):
@@ -172,6 +206,9 @@ class PlanarChain(AbstractUnconstrainedSystem):
         )
 
     def forces(self, t, q, qd):
+        if self.num_coordinates > UNROLL_MAX:
+            J, accel, _ = self._arrays(q, qd)
+            return jnp.einsum("iad,id->a", J, self.masses[:, None] * (self.gravity - accel))
         links, _ = self._links(q, qd)
         Q = [0.0] * self.num_coordinates
         for i, (J, accel) in enumerate(links):
