@@ -409,6 +409,8 @@ def test_bad_files(tmp_path):
     free = '<mujoco><worldbody><body name="b"><freejoint name="float"/><geom size="0.1"/></body></worldbody></mujoco>'
     with pytest.raises(ValueError, match="Joint 'float' is a free joint"):
         models.from_mjcf(free)
+    with pytest.raises(ValueError, match="no joints"):
+        models.from_mjcf('<mujoco><worldbody><body name="b"><geom size="0.1"/></body></worldbody></mujoco>')
     with pytest.raises(KeyError, match="No keyframe 'nope'"):
         models.from_mjcf(EXAMPLES / "fourbar.xml", keyframe="nope")
     tree = models.from_mjcf(ARM).system

@@ -163,6 +163,8 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
                 f"Joint {name!r} is a {mujoco.mjtJoint(int(mjm.jnt_type[j])).name[6:].lower()} joint; ukjax's "
                 f"RigidBodyTree supports hinge and slide joints only (write a ball joint as three hinges)."
             )
+    if mjm.njnt == 0:
+        raise ValueError(f"The {kind} model has no joints: nothing in it moves.")
     bodies = range(1, mjm.nbody)
     joint_order = np.argsort(mjm.jnt_qposadr)
     names = {
@@ -186,9 +188,7 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
             "hinge" if mjm.jnt_type[j] == int(mujoco.mjtJoint.mjJNT_HINGE) else "slide" for j in joint_order
         ],
         body_positions=mjm.body_pos[1:],
-        body_rotations=np.stack([_rotation(mjm.body_quat[b]) for b in bodies])
-        if mjm.nbody > 1
-        else np.zeros((0, 3, 3)),
+        body_rotations=np.stack([_rotation(mjm.body_quat[b]) for b in bodies]),
         joint_axes=mjm.jnt_axis[joint_order],
         joint_anchors=mjm.jnt_pos[joint_order],
         masses=mjm.body_mass[1:],
