@@ -85,3 +85,59 @@ def test_sharded_over_four_cpu_devices_equals_vmap():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "sharded ok" in result.stdout
+
+
+# Two processes on this machine, one CPU device each, joined by jax.distributed (the README's
+# recipe for several machines): each sees both devices, and the batch is split across them.
+DISTRIBUTED = textwrap.dedent(
+    """
+    import sys
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=sys.argv[2], num_processes=2, process_id=int(sys.argv[1]))
+    import jax.numpy as jnp
+    import numpy as np
+    import ukjax
+    from ukjax import models
+
+    m = models.coordinated_robots()
+    system = ukjax.ConstrainedSystem(m.system, m.constraints)
+    q0 = jnp.broadcast_to(m.q0, (6, 5))
+    qd0 = jnp.stack([system.project(0.0, m.q0, 0.3 * jnp.sin(jnp.arange(5.0) + k))[1] for k in range(6)])
+    fixed = dict(solver=ukjax.RK4(), adaptive=False, dt0=0.01)
+    assert len(jax.devices()) == 2 and len(jax.local_devices()) == 1
+    sol = ukjax.simulate_batch(system, q0, qd0, 0.0, 0.5, **fixed)
+    assert {shard.device for shard in sol.q.addressable_shards} == set(jax.local_devices())
+    ref = jax.vmap(lambda a, b: ukjax.simulate(system, a, b, 0.0, 0.5, **fixed).q)(q0, qd0)
+    local = np.concatenate([np.asarray(s.data) for s in sol.q.addressable_shards])
+    rows = np.concatenate([np.arange(6)[s.index[0]] for s in sol.q.addressable_shards])
+    np.testing.assert_allclose(local, np.asarray(ref)[rows], rtol=0, atol=1e-12)
+    print("process", sys.argv[1], "rows", rows.tolist(), "ok")
+    """
+)
+
+
+def test_two_processes_under_jax_distributed():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        address = f"localhost:{s.getsockname()[1]}"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, JAX_NUM_CPU_DEVICES="1", JAX_PLATFORMS="cpu", PYTHONPATH=root)
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", DISTRIBUTED, str(i), address],
+            env=env,
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=600) for p in processes]
+    for p, (out, err) in zip(processes, outputs):
+        assert p.returncode == 0, err[-3000:]
+    assert "process 0 rows [0, 1, 2] ok" in outputs[0][0] and "process 1 rows [3, 4, 5] ok" in outputs[1][0]
