@@ -127,18 +127,8 @@ def _constraints(mjm, tree: RigidBodyTree) -> tuple:
                 raise ValueError(
                     f"Equality {label!r}: a weld between sites is not supported; weld the bodies instead."
                 )
-            s1, s2 = (
-                tree.site_names.index(_name(mjm, mujoco.mjtObj.mjOBJ_SITE, s, "site")) for s in (one, two)
-            )
-            out.append(
-                Connect(
-                    tree,
-                    tree.body_names[tree.site_bodies[s1]],
-                    tree.site_positions[s1],
-                    tree.body_names[tree.site_bodies[s2]],
-                    tree.site_positions[s2],
-                )
-            )
+            site1, site2 = (tree.site(_name(mjm, mujoco.mjtObj.mjOBJ_SITE, s, "site")) for s in (one, two))
+            out.append(Connect(tree, *site1, *site2))
         elif kind == mujoco.mjtEq.mjEQ_CONNECT:
             out.append(Connect(tree, body(one), data[0:3], body(two), data[3:6]))
         elif kind == mujoco.mjtEq.mjEQ_WELD:

@@ -356,16 +356,18 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         R, p = self.body_pose(q, body)
         return p + R @ as_inexact(point)
 
+    def site(self, name: str) -> tuple[str, Float[Array, " 3"]]:
+        """The body the site `name` is fixed to, and its position in that body's frame."""
+        index = self._index(self.site_names, name, "site")
+        return self.body_names[self.site_bodies[index]], self.site_positions[index]
+
     def site_position(self, q: Float[Array, " n"], site: str) -> Float[Array, " 3"]:
         """The world position of the site `site`."""
-        index = self._index(self.site_names, site, "site")
-        return self.point_position(q, self.body_names[self.site_bodies[index]], self.site_positions[index])
+        return self.point_position(q, *self.site(site))
 
     def site_jacobian(self, q: Float[Array, " n"], site: str) -> Float[Array, "3 n"]:
         """`∂x/∂q` of the site `site`."""
-        index = self._index(self.site_names, site, "site")
-        body = self.body_names[self.site_bodies[index]]
-        return self.point_motion(q, jnp.zeros_like(q), body, self.site_positions[index])[1]
+        return self.point_motion(q, jnp.zeros_like(q), *self.site(site))[1]
 
     def point_motion(
         self, q: Float[Array, " n"], qd: Float[Array, " n"], body: str, point: Float[ArrayLike, " 3"]
@@ -439,7 +441,8 @@ class Connect(AbstractConstraint):
         self, tree, body1: str, anchor1: Float[ArrayLike, " 3"], body2: str, anchor2: Float[ArrayLike, " 3"]
     ):
         self.tree = _tree_of(tree)
-        self.tree.body_index(body1), self.tree.body_index(body2)
+        for name in (body1, body2):
+            self.tree.body_index(name)  # raises for an unknown body
         self.body1, self.body2 = body1, body2
         self.anchor1, self.anchor2 = as_inexact(anchor1), as_inexact(anchor2)
 
@@ -480,7 +483,8 @@ class Weld(AbstractHolonomic):
 
     def __init__(self, tree, body1: str, body2: str, anchor, position, rotation):
         self.tree = _tree_of(tree)
-        self.tree.body_index(body1), self.tree.body_index(body2)
+        for name in (body1, body2):
+            self.tree.body_index(name)  # raises for an unknown body
         self.body1, self.body2 = body1, body2
         self.anchor, self.position, self.rotation = (
             as_inexact(anchor),
@@ -558,13 +562,11 @@ class SiteConstraint(AbstractConstraint):
 
     def __init__(self, tree, site: str, target: Callable, axes: Sequence[int] = (0, 1, 2)):
         self.tree = _tree_of(tree)
-        self.tree._index(self.tree.site_names, site, "site")
+        self.tree.site(site)
         self.site, self.target, self.axes = site, target, tuple(axes)
 
     def rows(self, t, q, qd):
-        index = self.tree.site_names.index(self.site)
-        body = self.tree.body_names[self.tree.site_bodies[index]]
-        x, J, bias = self.tree.point_motion(q, qd, body, self.tree.site_positions[index])
+        x, J, bias = self.tree.point_motion(q, qd, *self.tree.site(self.site))
         t = jnp.asarray(t, dtype=q.dtype)
 
         def path_and_rate(t):
