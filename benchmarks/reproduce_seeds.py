@@ -152,7 +152,7 @@ def two_mass_spring():
     s = model.system
     ctrl = ukjax.ServoControl(s, model.servo, model.actuation)
     sol = ukjax.simulate(ctrl.closed_loop(), model.q0, jnp.array([0.3, 0.3]), 0.0, 5.0, ts=jnp.linspace(0, 5, 101), **TOL)
-    u = jax.vmap(ctrl)(sol.ts, sol.q, sol.qd)[:, 0]
+    u = jax.jit(jax.vmap(ctrl))(sol.ts, sol.q, sol.qd)[:, 0]
     F = -(1 + s.m1 / s.m2) * s.k * (sol.q[:, 1] - sol.q[:, 0] - s.l)
     force_err, length_err = float(jnp.max(jnp.abs(u - F))), float(jnp.max(jnp.abs(sol.q[:, 1] - sol.q[:, 0] - 2 * s.l)))
     return f"max |u − F| {force_err:.1e} N, max |x₂ − x₁ − 2l| {length_err:.1e} m", force_err < 1e-10 and length_err < 1e-9
@@ -166,8 +166,8 @@ def _coordinated(exact, gains=None):
     ctrl = ukjax.ServoControl(passive, model.servo, model.actuation, exact=exact, stabilization=stabilization)
     ts = jnp.linspace(0, 2 * np.pi, 401)
     sol = ukjax.simulate(ctrl.closed_loop(), model.q0, model.qd0, 0.0, 2 * np.pi, ts=ts, throw=False, **TOL)
-    u = jax.vmap(ctrl)(sol.ts, sol.q, sol.qd)
-    closure = jax.vmap(passive.violation)(sol.ts, sol.q, sol.qd)[0]
+    u = jax.jit(jax.vmap(ctrl))(sol.ts, sol.q, sol.qd)
+    closure = jax.jit(jax.vmap(passive.violation))(sol.ts, sol.q, sol.qd)[0]
     return sol, u, float(jnp.max(jnp.abs(sol.phi))), float(jnp.max(jnp.abs(closure)))
 
 
@@ -213,23 +213,23 @@ def _parallel_tracking():
 @claim("seed 000 §4.2: parallel robot tracks x_E = x_e1 + 0.01 cos t, y_E = y_e1", "tracked by all three chain ends")
 def parallel_tracking():
     model, passive, ctrl, sol = _parallel_tracking()
-    target = jax.vmap(lambda t: model.servo[0].centre + jnp.stack([0.01 * jnp.cos(t), 0.0 * t]))(sol.ts)
-    ends = jax.vmap(lambda q: jnp.stack([p.joint_positions(model.system.part(q, n))[2] for n, p in model.system.parts.items()]))(sol.q)
+    target = jax.jit(jax.vmap(lambda t: model.servo[0].centre + jnp.stack([0.01 * jnp.cos(t), 0.0 * t])))(sol.ts)
+    ends = jax.jit(jax.vmap(lambda q: jnp.stack([p.joint_positions(model.system.part(q, n))[2] for n, p in model.system.parts.items()])))(sol.q)
     error = float(jnp.max(jnp.abs(ends - target[:, None, :])))
-    bases = float(jnp.max(jnp.abs(jax.vmap(passive.violation)(sol.ts, sol.q, sol.qd)[0][:, :6])))
-    u = jax.vmap(ctrl)(sol.ts, sol.q, sol.qd)
+    bases = float(jnp.max(jnp.abs(jax.jit(jax.vmap(passive.violation))(sol.ts, sol.q, sol.qd)[0][:, :6])))
+    u = jax.jit(jax.vmap(ctrl))(sol.ts, sol.q, sol.qd)
     return f"ends {error:.1e} m from the path, bases {bases:.1e} m; |τ_active| ≤ {float(jnp.max(jnp.abs(u))):.1e} N·m", max(error, bases) < 1e-8
 
 
 @claim("seed 003: inverse dynamics with passive joints unactuated", "passive-joint torques ≈ 0 (figs. 14–16)")
 def inverse_dynamics_passive():
     model, passive, ctrl, sol = _parallel_tracking()
-    applied = jax.vmap(lambda t, q, qd: model.actuation @ ctrl(t, q, qd))(sol.ts, sol.q, sol.qd)
+    applied = jax.jit(jax.vmap(lambda t, q, qd: model.actuation @ ctrl(t, q, qd)))(sol.ts, sol.q, sol.qd)
     passive_joints, active_joints = jnp.array([1, 5, 9]), jnp.array([0, 4, 8])
     # The full U-K force of the trajectory imposed on the closed chain: the second level of
     # seed 000 §3's literal cascade (its total force less the closed chain's own).
     cascade = ukjax.ConstrainedSystem(passive, model.servo, sequential=True)
-    full = jax.vmap(lambda t, q, qd: cascade.constraint_force(t, q, qd) - passive.constraint_force(t, q, qd))(sol.ts, sol.q, sol.qd)
+    full = jax.jit(jax.vmap(lambda t, q, qd: cascade.constraint_force(t, q, qd) - passive.constraint_force(t, q, qd)))(sol.ts, sol.q, sol.qd)
     text = (
         f"applied passive torques {float(jnp.max(jnp.abs(applied[:, passive_joints]))):.1e} (by construction); "
         f"full U-K force: passive {float(jnp.max(jnp.abs(full[:, passive_joints]))):.1e}, active "

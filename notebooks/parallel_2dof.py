@@ -64,11 +64,11 @@ assert jnp.max(jnp.abs(broken)) > 1e-3 and jnp.max(jnp.abs(joint.phi)) < 1e-8
 
 # %%
 fig, axes = plt.subplots(2, 2, figsize=(11, 8), constrained_layout=True)
-ends = jax.vmap(chain_ends)(verification.q)
+ends = jax.jit(jax.vmap(chain_ends))(verification.q)
 for i in range(3):
     axes[0, 0].plot(ends[:, i, 0], ends[:, i, 1], ("-", "--", ":")[i], label=f"end of chain {i + 1}")
 axes[0, 0].set(title="§4.1: chain ends under τ (fig. 3)", xlabel="x [m]", ylabel="y [m]")
-ends = jax.vmap(chain_ends)(tracking.q)
+ends = jax.jit(jax.vmap(chain_ends))(tracking.q)
 for i in range(3):
     axes[0, 1].plot(tracking.ts, ends[:, i, 0], ("-", "--", ":")[i], label=f"x, chain {i + 1}")
 axes[0, 1].set(title="§4.2: end-effector x (fig. 5)", xlabel="t [s]", ylabel="m")

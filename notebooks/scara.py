@@ -47,13 +47,13 @@ fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
 for (name, (sol, torque)), style in zip(runs.items(), ("--", "-")):
     for j in range(3):
         axes[0, 0].plot(sol.ts, jnp.rad2deg(sol.q[:, j]), style, color=f"C{j}", label=f"q{j + 1} ({name})")
-    tool = jax.vmap(arm.end_effector)(sol.q)
+    tool = jax.jit(jax.vmap(arm.end_effector))(sol.q)
     axes[0, 1].plot(tool[:, 0], tool[:, 1], style, label=name)
     for j, axis in enumerate("xyz"):
         axes[1, 0].semilogy(sol.ts, jnp.abs(sol.phi[:, (0, 1, 3)[j]]) + 1e-16, style, color=f"C{j}", label=f"{axis} ({name})")
     for j in range(4):
         axes[1, 1].plot(sol.ts, torque[:, j], style, color=f"C{j}", label=f"Qc{j + 1} ({name})")
-reference = jax.vmap(scara_reference)(ts)
+reference = jax.jit(jax.vmap(scara_reference))(ts)
 axes[0, 1].plot(reference[:, 0], reference[:, 1], ":k", label="desired path")
 axes[0, 0].set(title="joint angles (figs. 2, 6)", xlabel="t [s]", ylabel="deg")
 axes[0, 1].set(title="tool path in the xy plane (figs. 3, 7)", xlabel="x [m]", ylabel="y [m]")

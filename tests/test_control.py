@@ -23,7 +23,7 @@ def test_two_mass_spring_force_is_seed002_eq47():
     ts = jnp.linspace(0, 5, 51)
     qd0 = jnp.array([0.3, 0.3])  # consistent with x2 − x1 = 2l
     sol = ukjax.simulate(ctrl.closed_loop(), model.q0, qd0, 0.0, 5.0, ts=ts, **TOL)
-    u = jax.vmap(ctrl)(sol.ts, sol.q, sol.qd)[:, 0]
+    u = jax.jit(jax.vmap(ctrl))(sol.ts, sol.q, sol.qd)[:, 0]
     F = -(1 + s.m1 / s.m2) * s.k * (sol.q[:, 1] - sol.q[:, 0] - s.l)
     np.testing.assert_allclose(u, F, atol=1e-10)
     np.testing.assert_allclose(sol.q[:, 1] - sol.q[:, 0], 2 * s.l, atol=1e-9)

@@ -47,7 +47,9 @@ def test_gradients_match_finite_differences(jac):
         sol = ukjax.simulate(system, q0, jnp.zeros(2), 0.0, 0.5, adjoint=adjoint, **FIXED)
         return jnp.sum(jnp.sin(sol.q[-1])) + jnp.sum(sol.qd[-1] ** 2)
 
-    grad = (jax.jacfwd if jac == "fwd" else jax.grad)(loss)(theta)
+    # One compiled loss for all eleven calls (each call builds a new system with a new lambda).
+    loss = jax.jit(loss)
+    grad = jax.jit(jax.jacfwd(loss) if jac == "fwd" else jax.grad(loss))(theta)
     h = 1e-5 * theta
     fd = [(loss(theta.at[i].add(h[i])) - loss(theta.at[i].add(-h[i]))) / (2 * h[i]) for i in range(5)]
     np.testing.assert_allclose(grad, fd, rtol=1e-6)

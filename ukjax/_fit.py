@@ -17,6 +17,7 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import lineax as lx
 import numpy as np
 import optax
 import optimistix as optx
@@ -320,6 +321,11 @@ def _jacobian(fn, theta, jac):
     return (jax.jacfwd if jac == "fwd" else jax.jacrev)(lambda theta: fn(theta)[0])(theta)
 
 
+@eqx.filter_jit
+def _linearisation(state):
+    return state.f_info.residual, state.f_info.jac.as_matrix()
+
+
 def fit_least_squares(
     residuals: Callable[[Any], Float[Array, "..."]],
     model: PyTree,
@@ -362,31 +368,38 @@ def fit_least_squares(
     fn = _Residuals(params, residuals)
     solver = optx.LevenbergMarquardt(rtol=1e-10, atol=1e-10) if solver is None else solver
     options = {"jac": jac}
-    r0 = _evaluate(fn, theta)
-    if not bool(jnp.all(jnp.isfinite(r0))):
-        raise ValueError(
-            "The residuals are not finite at the starting parameters; check the start and the data."
-        )
     meter = _Progress(max_steps, "least squares", progress)
-    costs = [0.5 * float(r0 @ r0)]
+    costs = []
     try:
-        state = _init(solver, fn, theta, options, jax.ShapeDtypeStruct(r0.shape, r0.dtype))
+        f_struct = eqx.filter_eval_shape(_evaluate, fn, theta)
+        state = _init(solver, fn, theta, options, f_struct)
         done, k, result = False, 0, optx.RESULTS.successful
         while k < max_steps:
-            done, result = _terminate(solver, fn, theta, state, options)
-            if bool(done):
-                break
+            if k > 0:
+                done, result = _terminate(solver, fn, theta, state, options)
+                if bool(done):
+                    break
             theta, state, _ = _step(solver, fn, theta, state, options)
             k += 1
-            # Gauss–Newton-type solvers carry the residual of the last accepted point.
+            # Gauss–Newton-type solvers carry the residual of the last accepted point (their first
+            # step evaluates the start).
             r = state.f_info.residual if hasattr(state, "f_info") else _evaluate(fn, theta)
             costs.append(0.5 * float(jnp.sum(r**2)))
+            if k == 1 and not math.isfinite(costs[0]):
+                raise ValueError(
+                    "The residuals are not finite at the starting parameters; check the start and the data."
+                )
             meter.update(k, costs[-1])
-        jacobian = _jacobian(fn, theta, jac)
+        if k > 0 and isinstance(getattr(getattr(state, "f_info", None), "jac", None), lx.AbstractLinearOperator):
+            # The solver linearised at the accepted point already: materialise that, rather
+            # than trace and compile the Jacobian through the simulation once more.
+            r, jacobian = _linearisation(state)
+        else:
+            r, jacobian = _evaluate(fn, theta), _jacobian(fn, theta, jac)
     except (TypeError, ValueError) as error:
         raise _explain_mode(error, jac) from error
     success = bool(done) and result == optx.RESULTS.successful
-    r = np.asarray(_evaluate(fn, theta))
+    r = np.asarray(r)
     cost = 0.5 * float(r @ r)
     meter.close(k, cost, "converged" if success else "stopped")
     stats = _statistics(
