@@ -1,5 +1,6 @@
 """simulate_batch: the same answers as vmap over simulate, on one device and sharded over four."""
 
+import json
 import os
 import subprocess
 import sys
@@ -21,12 +22,13 @@ def batch_case():
     system = ukjax.ConstrainedSystem(m.system, m.constraints)
     q0 = jnp.broadcast_to(m.q0, (7, 5))
     # Velocities along the constraints (the chain's joint-5 tip fixed), one member NaN.
-    qd0 = jnp.stack([system.project(0.0, m.q0, 0.3 * jnp.sin(jnp.arange(5.0) + k))[1] for k in range(7)])
+    directions = 0.3 * jnp.sin(jnp.arange(5.0) + jnp.arange(7.0)[:, None])
+    qd0 = jax.jit(jax.vmap(lambda v: system.project(0.0, m.q0, v)[1]))(directions)
     return system, q0, qd0.at[3, 0].set(jnp.nan)
 
 
-def vmapped(system, q0, qd0, axes=None, **kwargs):
-    run = lambda s, a, b: ukjax.simulate(s, a, b, 0.0, 1.0, throw=False, **kwargs)
+def vmapped(system, q0, qd0, axes=None, t1=1.0, **kwargs):
+    run = lambda s, a, b: ukjax.simulate(s, a, b, 0.0, t1, throw=False, **kwargs)
     return jax.vmap(run, in_axes=(axes, 0, 0))(system, q0, qd0)
 
 
@@ -91,6 +93,7 @@ def test_sharded_over_four_cpu_devices_equals_vmap():
 # recipe for several machines): each sees both devices, and the batch is split across them.
 DISTRIBUTED = textwrap.dedent(
     """
+    import json
     import sys
     import jax
     jax.config.update("jax_enable_x64", True)
@@ -104,16 +107,15 @@ DISTRIBUTED = textwrap.dedent(
     m = models.coordinated_robots()
     system = ukjax.ConstrainedSystem(m.system, m.constraints)
     q0 = jnp.broadcast_to(m.q0, (6, 5))
-    qd0 = jnp.stack([system.project(0.0, m.q0, 0.3 * jnp.sin(jnp.arange(5.0) + k))[1] for k in range(6)])
+    directions = 0.3 * jnp.sin(jnp.arange(5.0) + jnp.arange(6.0)[:, None])
+    qd0 = jax.jit(jax.vmap(lambda v: system.project(0.0, m.q0, v)[1]))(directions)
     fixed = dict(solver=ukjax.RK4(), adaptive=False, dt0=0.01)
     assert len(jax.devices()) == 2 and len(jax.local_devices()) == 1
     sol = ukjax.simulate_batch(system, q0, qd0, 0.0, 0.5, **fixed)
     assert {shard.device for shard in sol.q.addressable_shards} == set(jax.local_devices())
-    ref = jax.vmap(lambda a, b: ukjax.simulate(system, a, b, 0.0, 0.5, **fixed).q)(q0, qd0)
     local = np.concatenate([np.asarray(s.data) for s in sol.q.addressable_shards])
     rows = np.concatenate([np.arange(6)[s.index[0]] for s in sol.q.addressable_shards])
-    np.testing.assert_allclose(local, np.asarray(ref)[rows], rtol=0, atol=1e-12)
-    print("process", sys.argv[1], "rows", rows.tolist(), "ok")
+    print(json.dumps({"rows": rows.tolist(), "q": local.tolist()}))
     """
 )
 
@@ -137,7 +139,15 @@ def test_two_processes_under_jax_distributed():
         )
         for i in range(2)
     ]
+    # The reference, computed here while the two processes run (each held its members only).
+    m = models.coordinated_robots()
+    system = ukjax.ConstrainedSystem(m.system, m.constraints)
+    directions = 0.3 * jnp.sin(jnp.arange(5.0) + jnp.arange(6.0)[:, None])
+    qd0 = jax.jit(jax.vmap(lambda v: system.project(0.0, m.q0, v)[1]))(directions)
+    ref = vmapped(system, jnp.broadcast_to(m.q0, (6, 5)), qd0, **FIXED, t1=0.5).q
     outputs = [p.communicate(timeout=600) for p in processes]
-    for p, (out, err) in zip(processes, outputs):
+    for i, (p, (out, err)) in enumerate(zip(processes, outputs)):
         assert p.returncode == 0, err[-3000:]
-    assert "process 0 rows [0, 1, 2] ok" in outputs[0][0] and "process 1 rows [3, 4, 5] ok" in outputs[1][0]
+        held = json.loads(out.strip().splitlines()[-1])
+        assert held["rows"] == [3 * i, 3 * i + 1, 3 * i + 2]
+        np.testing.assert_allclose(held["q"], ref[np.array(held["rows"])], rtol=0, atol=1e-12)

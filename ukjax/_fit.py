@@ -206,7 +206,10 @@ def fit(
     if jac == "fwd":
         objective = _forward_gradient(objective)
     opt = optax.with_extra_args_support(optax.lbfgs() if optimizer is None else optimizer)
-    state = opt.init(theta0)
+    # Strong types throughout: some optimisers (L-BFGS's line-search record) start with
+    # weakly typed scalars that their first update makes strong, which would compile `step`
+    # a second time.
+    state = jax.tree.map(lambda x: jnp.asarray(x, dtype=x.dtype) if eqx.is_array(x) else x, opt.init(theta0))
     try:
         cached = optax.tree.get(state, "value") is not None
     except (KeyError, ValueError):
