@@ -3,14 +3,15 @@
 #
 # 1. A torque-driven double pendulum: masses and inertias from a position record, starting
 #    30 % off, by Levenberg–Marquardt with forward-mode Jacobians through the simulation.
-# 2. The coordinated robots of seed 002 (a closed chain, 3 DOF): the same fit finds a
-#    combination of the ten inertial parameters that the motion does not show, and says so.
-# 3. Seed 001's SCARA task with RK4 at a fixed step: Baumgarte gains tuned by gradient inside
+# 2. Seed 001's SCARA task with RK4 at a fixed step: Baumgarte gains tuned by gradient inside
 #    the integrator's stability region, against the paper's gains.
+#
+# The same fit on a closed chain (seed 002's coordinated robots, where the motion leaves one
+# combination of the ten inertial parameters undetermined and the fit says which) is
+# `ukjax fit`; every identification case with its numbers is `benchmarks/identify.py`.
 
 # %%
 import os
-import warnings
 from pathlib import Path
 
 import equinox as eqx
@@ -59,27 +60,6 @@ print(f"double pendulum: rank {pendulum.rank}/4, max relative error {error:.1e},
 assert pendulum.rank == 4 and error < 1e-6
 
 # %%
-robots = models.coordinated_robots()
-motors = models.SineInputs(
-    robots.actuation, [3.0, -2.0, 2.5, 1.5, -2.0, 1.0], [1.0, 1.7, 2.3, 1.3, 2.9, 0.7], np.linspace(0, 2, 6)
-)
-closed = ukjax.ConstrainedSystem(ukjax.Forced(robots.system, motors), robots.constraints)
-closed_horizon = 0.25 if FAST else 0.5
-closed_ts = jnp.linspace(0.0, closed_horizon, round(20 * closed_horizon) + 1)
-closed_measured = ukjax.simulate(closed, robots.q0, robots.qd0, 0.0, closed_horizon, ts=closed_ts, **TOL).q
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    robots_fit = ukjax.fit_least_squares(
-        lambda m: ukjax.trajectory_residuals(m, robots.q0, robots.qd0, closed_ts, closed_measured, **TOL),
-        eqx.tree_at(inertial, closed, (1.3 * jnp.ones(5), 0.7 * jnp.ones(5))),
-        where=inertial,
-        positive=True,
-        progress=False,
-    )
-print(f"closed chain: rank {robots_fit.rank}/10; warning: {caught[0].message}")
-assert robots_fit.rank == 9 and robots_fit.unidentifiable.shape == (1, 10)
-
-# %%
 scara = models.scara()
 paper = ukjax.Baumgarte(0.5, 200.0)
 dt, scara_horizon = 0.02, (2.0 if FAST else 20.0)
@@ -116,7 +96,6 @@ assert integrals[next(iter(integrals))] > 10 * integrals[list(integrals)[1]]
 # %%
 fig, axes = plt.subplots(2, 2, figsize=(12, 8), constrained_layout=True)
 axes[0, 0].semilogy(pendulum.costs, "o-", label="double pendulum")
-axes[0, 0].semilogy(robots_fit.costs, "s-", label="closed chain")
 axes[0, 0].set(title="cost ½‖r‖² per Levenberg–Marquardt step", xlabel="step")
 fitted = ukjax.simulate(pendulum.model, q0, qd0, 0.0, horizon, ts=ts, **TOL).q
 before = ukjax.simulate(start, q0, qd0, 0.0, horizon, ts=ts, **TOL).q
@@ -125,8 +104,7 @@ for j in range(2):
     axes[0, 1].plot(ts, before[:, j], "--", color=f"C{j}", label=f"q{j + 1}, start")
     axes[0, 1].plot(ts, fitted[:, j], "-", color=f"C{j}", label=f"q{j + 1}, fitted")
 axes[0, 1].set(title="double pendulum: fitted against measured", xlabel="t [s]", ylabel="rad")
-for res, name in ((pendulum, "double pendulum"), (robots_fit, "closed chain")):
-    axes[1, 0].semilogy(res.singular_values / res.singular_values[0], "o-", label=f"{name} (rank {res.rank})")
+axes[1, 0].semilogy(pendulum.singular_values / pendulum.singular_values[0], "o-", label=f"double pendulum (rank {pendulum.rank})")
 axes[1, 0].set(title="singular values of the Jacobian in relative parameters", xlabel="index")
 for name, d in drift.items():
     axes[1, 1].semilogy(scara_ts, d + 1e-16, label=f"{name}: ∫‖Φ‖dt = {integrals[name]:.1e}")
