@@ -251,7 +251,8 @@ class LeastSquaresResult(eqx.Module):
 
     - `model`: the model with the fitted leaves.
     - `cost`: `½‖r‖²` at the solution.
-    - `costs`: `½‖r‖²` at the start and at the accepted point after each step.
+    - `costs`: `½‖r‖²` at the accepted point after each step (the first step evaluates the
+      start, so `costs[0]` is the starting cost).
     - `steps`: solver steps taken.
     - `success`: whether the solver converged within `max_steps`.
     - `names`: the fitted scalars, in the order of `std` (`"system.masses[1]"`).

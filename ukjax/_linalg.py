@@ -180,11 +180,24 @@ def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array
     return w, v, jnp.where(sigma2 > cutoff, 1 / jnp.where(sigma2 > 0, sigma2, 1), 0)
 
 
+def _library_pinv(B: Float[Array, "p n"]) -> Float[Array, "n p"]:
+    """`jnp.linalg.pinv(B)`, with a wide `B` (fewer rows than columns) taken through the QR
+    factorization `Bᵀ = Q R` as `Q (Rᵀ)⁺`: `Rᵀ` has `B`'s singular values (same cutoff, no
+    squared condition number) and the SVD is of a p × p matrix only. On GPUs cuSOLVER's
+    batched SVD takes matrices up to 32 × 32: a batch of 2 × 33 matrices ran 250× slower than
+    one of 2 × 32 (H100, `benchmarks/README.md`)."""
+    p, n = B.shape
+    if p >= n:
+        return jnp.linalg.pinv(B)
+    Q, R = jnp.linalg.qr(B.T)
+    return Q @ jnp.linalg.pinv(R.T, rtol=10 * n * jnp.finfo(B.dtype).eps)
+
+
 def _operator(B: Float[Array, "p n"], robust: bool):
     """`X ↦ B⁺ X` and `Y ↦ B⁺ᵀ Y`, for `X` (p, k) and `Y` (n, k)."""
     if not unrolled(*B.shape):
         if robust:
-            P = jnp.linalg.pinv(B)
+            P = _library_pinv(B)
         else:
             factor = gram_factor(B)
             P = (B / factor.norms[:, None]).T @ jsl.cho_solve((factor.G, True), jnp.diag(1 / factor.norms))

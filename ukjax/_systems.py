@@ -308,6 +308,9 @@ class ConstrainedSystem(AbstractSystem):
             return inner._replace(levels=inner.levels + (own,))
         return inner._replace(levels=inner.levels[:-1] + (_merge([inner.levels[-1], own], self.method),))
 
+    # Compiled as one program: evaluated op by op, the unrolled kernels dispatch thousands of
+    # scalar operations (seconds for the parallel robot).
+    @eqx.filter_jit
     def project(
         self, t: Time, q: Coordinates, qd: Coordinates, *, iterations: int = 8
     ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
