@@ -94,11 +94,8 @@ def closed_chain(horizon: float) -> dict:
     # The parameters that explain the data equally well form a line (the dynamics are linear
     # in masses and inertias) along each undetermined direction: compare with the truth
     # across those lines, in kg and kg·m² relative to each true value.
-    fitted = np.concatenate([np.ravel(x) for x in inertial(res.model)])
     truth = np.concatenate([np.ravel(x) for x in inertial(true)])
-    lines = np.linalg.qr((res.unidentifiable * fitted).T)[0] if res.unidentifiable.size else np.zeros((truth.size, 0))
-    offset = fitted - truth
-    determined = (offset - lines @ (lines.T @ offset)) / truth
+    determined = res.determined(res.values - truth) / truth
     return dict(
         error=float(np.max(np.abs(determined))),
         rank=res.rank,

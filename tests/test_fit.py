@@ -67,11 +67,28 @@ def test_multiple_shooting_recovers_where_single_shooting_fails():
     assert result["error"] < 1e-6 and result["rank"] == result["parameters"]
 
 
-def test_closed_chain_reports_what_it_cannot_determine():
-    result = identify.closed_chain(0.5)
-    assert result["rank"] == 9 and result["parameters"] == 10
-    assert len(result["unidentifiable"]) == 1 and result["warned"]
-    assert result["error"] < 1e-6 and result["cost"] < 1e-20
+def test_undetermined_direction_is_named_and_warned():
+    """Residuals that see only a + 2b: one direction undetermined, warned about, named, its
+    standard errors infinite; `determined` removes exactly that direction. (The closed chain of
+    seed 002, rank 9/10, is checked through `ukjax fit` in test_cli.)"""
+
+    class Pair(eqx.Module):
+        a: jax.Array
+        b: jax.Array
+
+    def residuals(m):
+        return jnp.stack([m.a + 2 * m.b - 5.0, 2 * (m.a + 2 * m.b) - 10.0])
+
+    with pytest.warns(UserWarning, match="determine 1 of 2"):
+        res = ukjax.fit_least_squares(residuals, Pair(jnp.array(1.0), jnp.array(1.0)), where=lambda m: (m.a, m.b), progress=False)
+    assert res.rank == 1 and res.unidentifiable.shape == (1, 2) and np.all(np.isinf(res.std))
+    assert res.cost < 1e-20 and abs(res.values[0] + 2 * res.values[1] - 5.0) < 1e-10
+    # relative directions: δa/a, δb/b with a·(δa/a) + 2b·(δb/b) = 0
+    v = res.unidentifiable[0]
+    assert abs(res.values[0] * v[0] + 2 * res.values[1] * v[1]) < 1e-10
+    # a change along (2, −1) leaves a + 2b unchanged: nothing of it is determined
+    np.testing.assert_allclose(res.determined(np.array([2.0, -1.0])), 0.0, atol=1e-12)
+    np.testing.assert_allclose(res.determined(np.array([1.0, 2.0])), [1.0, 2.0], atol=1e-12)
 
 
 def test_inverse_dynamics_fit_agrees_with_regressor_least_squares():

@@ -213,14 +213,15 @@ def _fit(args: argparse.Namespace) -> None:
                 progress=not args.quiet,
             )
         truth = np.concatenate([np.ravel(x) for x in inertial(true)])
-        fitted = np.concatenate([np.ravel(x) for x in inertial(res.model)])
         print(
             f"  {res.steps} steps, cost {res.cost:.2e}, {time.perf_counter() - clock:.1f} s; rank {res.rank}/{len(res.names)}"
         )
-        for name, t, f, e in zip(res.names, truth, fitted, res.std):
+        for name, t, f, e in zip(res.names, truth, res.values, res.std):
             print(f"  {name:<22} true {t:8.4f}  fitted {f:8.4f}  std {e:.1e}")
         for v in res.unidentifiable:
             print("  not determined (relative changes): " + res.describe(v))
+        error = np.max(np.abs(res.determined(res.values - truth) / truth))
+        print(f"  fitted − true along what the data determine: {error:.1e} (largest, relative)")
         return ts, measured, start, res
 
     pendulum = models.PlanarChain([1.0, 0.8], [1.5, 1.0], [0.5, 0.4], [0.12, 0.06])

@@ -266,6 +266,7 @@ class LeastSquaresResult(eqx.Module):
     - `unidentifiable`: one row per direction the data do not determine, in relative
       parameter changes (unit norm); shape (0, p) when every parameter is determined.
     - `noise_std`: the `σ` used (given, or `√(2 cost / (m − rank))` from `m` residuals).
+    - `values`: the fitted scalars, in the order of `names`.
     """
 
     model: Any
@@ -280,6 +281,7 @@ class LeastSquaresResult(eqx.Module):
     rank: int
     unidentifiable: np.ndarray
     noise_std: float
+    values: np.ndarray
 
     def describe(self, direction: np.ndarray) -> str:
         """A direction of `unidentifiable` in words: `+0.71·a −0.71·b` for relative changes
@@ -287,6 +289,18 @@ class LeastSquaresResult(eqx.Module):
         left out)."""
         order = np.argsort(-np.abs(direction))
         return " ".join(f"{direction[j]:+.3f}·{self.names[j]}" for j in order if abs(direction[j]) >= 0.01)
+
+    def determined(self, change: ArrayLike) -> np.ndarray:
+        """The part of a change of the fitted scalars (in their units, in the order of `names`)
+        that the data determine: `change` less its components along the `unidentifiable`
+        directions. With synthetic data, `determined(values − truth)` is the error of what the
+        fit could recover."""
+        change = np.asarray(change, dtype=float)
+        if not self.unidentifiable.size:
+            return change
+        scale = np.where(self.values != 0, np.abs(self.values), 1.0)
+        lines = np.linalg.qr((self.unidentifiable * scale).T)[0]
+        return change - lines @ (lines.T @ change)
 
 
 class _Residuals(eqx.Module):
@@ -406,10 +420,9 @@ def fit_least_squares(
     r = np.asarray(r)
     cost = 0.5 * float(r @ r)
     meter.close(k, cost, "converged" if success else "stopped")
-    stats = _statistics(
-        np.asarray(jacobian), np.asarray(params.values(theta)), positive, r, noise_std, rank_rtol
-    )
-    res = LeastSquaresResult(params.model(theta), cost, np.asarray(costs), k, success, names, *stats)
+    values = np.asarray(params.values(theta))
+    stats = _statistics(np.asarray(jacobian), values, positive, r, noise_std, rank_rtol)
+    res = LeastSquaresResult(params.model(theta), cost, np.asarray(costs), k, success, names, *stats, values)
     if res.rank < len(res.names):
         directions = "; ".join(res.describe(v) for v in res.unidentifiable)
         warnings.warn(
