@@ -19,6 +19,12 @@ import ukjax
 from ukjax import models
 from ukjax._cli import main
 
+# Jitted model evaluations: evaluated op by op, the unrolled kernels dispatch thousands of
+# scalar operations.
+mass = eqx.filter_jit(lambda system, q: system.mass_matrix(0.0, q))
+forces = eqx.filter_jit(lambda system, q, qd: system.forces(0.0, q, qd))
+
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 # Seven joints and a branch: offsets, rotated body and inertial frames, a full inertia tensor,
@@ -167,9 +173,9 @@ def test_tree_matches_mujoco(xml):
         q, qd = rng.normal(size=len(tree.joint_names)), rng.normal(size=len(tree.joint_names))
         mjm, d, M = _mujoco_state(xml, q, qd)
         kin = tree.kinematics(jnp.asarray(q))
-        np.testing.assert_allclose(tree.mass_matrix(0.0, jnp.asarray(q)), M, atol=1e-10, rtol=0)
+        np.testing.assert_allclose(mass(tree, jnp.asarray(q)), M, atol=1e-10, rtol=0)
         np.testing.assert_allclose(
-            tree.forces(0.0, jnp.asarray(q), jnp.asarray(qd)),
+            forces(tree, jnp.asarray(q), jnp.asarray(qd)),
             d.qfrc_passive - d.qfrc_bias,
             atol=1e-10,
             rtol=0,
@@ -214,7 +220,7 @@ def test_equalities_match_mujoco_and_kkt(xml):
     A, b = np.asarray(rows.A), np.asarray(rows.b)
     kept = np.linalg.norm(A, axis=1) > 1e-12
     expected = _kkt(
-        np.asarray(csys.mass_matrix(0.0, q)), np.asarray(csys.forces(0.0, q, qd)), A[kept], b[kept]
+        np.asarray(mass(csys, q)), np.asarray(forces(csys, q, qd)), A[kept], b[kept]
     )
     np.testing.assert_allclose(
         csys.acceleration(0.0, jnp.asarray(q), jnp.asarray(qd)), expected, rtol=1e-9, atol=1e-9
@@ -272,7 +278,7 @@ def test_scara_from_mjcf_matches_hand_built():
     seed = models.scara()
     tree = models.from_mjcf(SCARA).system
     np.testing.assert_allclose(
-        tree.mass_matrix(0.0, seed.q0 + 0.2), seed.system.mass_matrix(0.0, seed.q0 + 0.2), atol=1e-12
+        mass(tree, seed.q0 + 0.2), mass(seed.system, seed.q0 + 0.2), atol=1e-12
     )
     imported = ukjax.ConstrainedSystem(
         tree,
@@ -344,14 +350,14 @@ def test_urdf_matches_pinocchio_and_mujoco(tmp_path):
         M = pin.crba(robot, data, q)
         M = np.triu(M) + np.triu(M, 1).T
         bias = pin.rnea(robot, data, q, qd, np.zeros(4))
-        np.testing.assert_allclose(tree.mass_matrix(0.0, jnp.asarray(q)), M, atol=1e-10)
-        np.testing.assert_allclose(tree.forces(0.0, jnp.asarray(q), jnp.asarray(qd)), -bias, atol=1e-10)
+        np.testing.assert_allclose(mass(tree, jnp.asarray(q)), M, atol=1e-10)
+        np.testing.assert_allclose(forces(tree, jnp.asarray(q), jnp.asarray(qd)), -bias, atol=1e-10)
         mjm = mujoco.MjModel.from_xml_path(str(path))
         d = mujoco.MjData(mjm)
         d.qpos[:], d.qvel[:] = q, qd
         mujoco.mj_forward(mjm, d)
         np.testing.assert_allclose(
-            tree.forces(0.0, jnp.asarray(q), jnp.asarray(qd)), -d.qfrc_bias, atol=1e-10
+            forces(tree, jnp.asarray(q), jnp.asarray(qd)), -d.qfrc_bias, atol=1e-10
         )
 
 
@@ -389,8 +395,8 @@ def test_log_cholesky_tree_is_the_tree():
     consistent = models.LogCholeskyChain(tree)
     rng = np.random.default_rng(5)
     q, qd = jnp.asarray(rng.normal(size=8)), jnp.asarray(rng.normal(size=8))
-    np.testing.assert_allclose(consistent.mass_matrix(0.0, q), tree.mass_matrix(0.0, q), atol=1e-12)
-    np.testing.assert_allclose(consistent.forces(0.0, q, qd), tree.forces(0.0, q, qd), atol=1e-12)
+    np.testing.assert_allclose(mass(consistent, q), mass(tree, q), atol=1e-12)
+    np.testing.assert_allclose(forces(consistent, q, qd), forces(tree, q, qd), atol=1e-12)
     other = eqx.tree_at(
         lambda m: m.theta, consistent, consistent.theta + jnp.asarray(rng.normal(size=consistent.theta.shape))
     )
