@@ -89,6 +89,11 @@ def test_undetermined_direction_is_named_and_warned():
     # a change along (2, −1) leaves a + 2b unchanged: nothing of it is determined
     np.testing.assert_allclose(res.determined(np.array([2.0, -1.0])), 0.0, atol=1e-12)
     np.testing.assert_allclose(res.determined(np.array([1.0, 2.0])), [1.0, 2.0], atol=1e-12)
+    # residuals that are NaN at the start are refused, not iterated on
+    with pytest.raises(ValueError, match="not finite at the starting parameters"):
+        ukjax.fit_least_squares(
+            lambda m: jnp.log(m.a - 2.0) + m.b, Pair(jnp.array(1.0), jnp.array(1.0)), where=lambda m: (m.a, m.b), progress=False
+        )
 
 
 def test_inverse_dynamics_fit_agrees_with_regressor_least_squares():
