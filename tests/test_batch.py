@@ -145,3 +145,25 @@ def test_two_processes_under_jax_distributed():
         held = json.loads(out.strip().splitlines()[-1])
         assert held["rows"] == [3 * i, 3 * i + 1, 3 * i + 2]
         np.testing.assert_allclose(held["q"], ref[np.array(held["rows"])], rtol=0, atol=1e-12)
+
+
+def test_large_batch_with_degenerate_rows():
+    """A spherical pendulum held in a plane, written with a zero row (a planar loop written in
+    3D), a duplicated row and a nearly dependent one: a batch of 4096 on one device moves as
+    the plain planar pendulum (before the fix every member of a batch ≥ 700 went NaN)."""
+    gravity = jnp.array([0.0, -9.81, 0.0])
+    point = ukjax.ExplicitSystem(lambda t, q: jnp.eye(3), lambda t, q, qd: gravity)
+
+    def rows(t, q):
+        rod, plane = q @ q - 1.0, q[2]
+        return jnp.stack([rod, plane, 0.0 * q[0], rod, rod + 1e-6 * plane])
+
+    degenerate = ukjax.ConstrainedSystem(point, ukjax.Holonomic(rows))
+    plain = ukjax.ConstrainedSystem(point, ukjax.Holonomic(lambda t, q: jnp.stack([q @ q - 1.0, q[2]])))
+    angles = jnp.linspace(0.1, 3.0, 4096)
+    q0 = jnp.stack([jnp.sin(angles), -jnp.cos(angles), 0 * angles], axis=1)
+    run = dict(ts=jnp.array([0.0, 0.2]), solver=ukjax.RK4(), adaptive=False, dt0=0.01)
+    sol = ukjax.simulate_batch(degenerate, q0, jnp.zeros_like(q0), 0.0, 0.2, devices=jax.devices()[:1], **run)
+    ref = jax.jit(jax.vmap(lambda q: ukjax.simulate(plain, q, jnp.zeros(3), 0.0, 0.2, **run).q))(q0[::64])
+    assert np.all(np.asarray(sol.status) == ukjax.Status.SUCCESS)
+    np.testing.assert_allclose(sol.q[::64], ref, rtol=0, atol=1e-12)

@@ -6,6 +6,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 
+import ukjax
 from ukjax import _linalg as la
 
 
@@ -108,3 +109,40 @@ def test_batch_members_keep_their_own_route():
     for B, x, z in zip(Bs, X, batched):
         np.testing.assert_allclose(z, la.pinv_solve(jnp.asarray(B), jnp.asarray(x)), rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(z, reference(B, x), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("route", ["svd", "cholesky"])
+def test_large_batches_stay_finite(route):
+    """Batches of 4096 (XLA picks other code paths above a few hundred members: a 6 × 6 `B`
+    with two zero rows went NaN for every member from batch 700 on) with zero, duplicated and
+    nearly dependent rows, through the checked U-K solve's own kernels."""
+    rng = np.random.default_rng(8)
+    B = rng.normal(size=(6, 6))
+    zero = B.copy()
+    zero[[2, 5]] = 0  # a planar loop written in 3D: the rows along the normal
+    duplicated = np.vstack([B[:5], B[1]])
+    near = np.vstack([B[:5], B[0] + 1e-4 * rng.normal(size=6)])
+    kinds = np.stack([zero, duplicated, near, B])
+    X = rng.normal(size=(4, 6, 1))
+    Bs, Xs = np.tile(kinds, (1024, 1, 1)), np.tile(X, (1024, 1, 1))
+    robust = route == "svd"
+    Z = np.asarray(jax.jit(jax.vmap(lambda B, X: la.pinv_solve(B, X, robust)))(Bs, Xs))
+    assert np.all(np.isfinite(Z))
+    # the Cholesky route is defined for independent rows only, and must say which those are
+    independent = jax.jit(jax.vmap(lambda B: la.gram_factor(B, la.rank_tolerance(6, B.dtype)).independent))
+    assert np.array_equal(np.asarray(independent(Bs)), np.tile([False, False, True, True], 1024))
+    # cond(near) ≈ 1e4: the SVD keeps 12 digits, the squared route about 8
+    for k in range(4) if robust else (2, 3):
+        ref = reference(kinds[k], X[k])
+        assert np.max(np.abs(Z[k::4] - ref)) <= (1e-10 if robust else 1e-6) * np.max(np.abs(ref)), k
+
+
+def test_rows_below_the_cutoff_count_as_zero():
+    """A row at round-off scale relative to the longest is cut off as `jnp.linalg.pinv` cuts
+    it, not normalised and inverted in full (the fast route gave [0, 10, 0] here)."""
+    A = jnp.array([[1.0, 0, 0], [1e-17, 1e-17, 0]])
+    z = la.pinv_solve(A, jnp.array([[0.0], [1e-16]]))
+    np.testing.assert_allclose(z, jnp.linalg.pinv(A) @ jnp.array([[0.0], [1e-16]]), atol=1e-30)
+    # consistent to round-off: the constrained solve is pinv's answer, not [1, 1, 0]
+    qdd = ukjax.udwadia_kalaba(jnp.eye(3), jnp.zeros(3), A, jnp.array([1.0, 2e-17]))
+    np.testing.assert_allclose(qdd, [1.0, 0.0, 0.0], atol=1e-15)

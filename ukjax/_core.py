@@ -56,18 +56,6 @@ def check_shapes(M, Q, A, b, c=None) -> None:
         raise ValueError(f"c (non-ideal force) must have shape ({n},) to match Q, got {jnp.shape(c)}.")
 
 
-def rank_tolerance(p: int, dtype) -> float:
-    """Smallest admissible squared pivot of the row-normalised Gram matrix `B̂ B̂ᵀ`.
-
-    Each pivot is the sine of the angle between a row of `B` and the span of the rows before
-    it. Rounding leaves a squared pivot of a dependent row at a few `p ε` (or makes it negative,
-    NaN after the square root), so `100 p ε` separates dependent rows from independent ones
-    whatever the machine; rows independent but closer than about `10 √(p ε)` radians are
-    refused too, where the squared-condition Cholesky route has lost most of its digits.
-    """
-    return 100 * p * float(jnp.finfo(dtype).eps)
-
-
 def mass_check(M: Float[Array, "n n"], L: Float[Array, "n n"]) -> Bool[Array, ""]:
     """True where `M` is symmetric (to √ε) and its Cholesky factor `L` is finite."""
     symmetric = jnp.max(jnp.abs(M - M.T), initial=0) <= sqrt_eps(M) * jnp.max(jnp.abs(M), initial=0)
@@ -110,7 +98,7 @@ def uk_solve(
         # (B Bᵀ)⁻¹ exists only for full row rank; its condition number is that of B squared.
         # Normalising the rows first makes the pivots angles, so that rank deficiency is
         # decided by a tolerance rather than by whether rounding leaves a pivot positive.
-        rank_ok = la.gram_factor(B).min_pivot2() > rank_tolerance(A.shape[0], B.dtype)
+        rank_ok = la.gram_factor(B, la.rank_tolerance(A.shape[0], B.dtype)).independent
     z_ideal, z = projected_solve(B, e, None if c is None else la.solve_lower(L, c), method == "svd")
     qdd = a + la.solve_lower(L, z, transpose=True)
     residual = B @ z_ideal - e

@@ -30,6 +30,21 @@ _MAX_SWEEPS = 30
 # sixteen digits. Anything closer to dependent goes to the Jacobi SVD.
 _WELL_CONDITIONED = 1e-2
 
+
+
+def rank_tolerance(p: int, dtype) -> float:
+    """Smallest admissible squared pivot of the row-normalised Gram matrix `B̂ B̂ᵀ` for the
+    `method="cholesky"` route.
+
+    Each pivot is the sine of the angle between a row of `B` and the span of the rows before
+    it. Rounding leaves a squared pivot of a dependent row at a few `p ε` (or makes it
+    negative), so `100 p ε` separates dependent rows from independent ones whatever the
+    machine; rows independent but closer than about `10 √(p ε)` radians are refused too,
+    where the squared-condition Cholesky route has lost most of its digits.
+    """
+    return 100 * p * float(jnp.finfo(dtype).eps)
+
+
 Scalars = list  # a vector as a list of scalar arrays
 Matrix = list  # a matrix as a list of rows of scalar arrays
 
@@ -51,14 +66,21 @@ def _dot(x: Scalars, y: Scalars):
     return sum((a * b for a, b in zip(x, y)), start=0.0)
 
 
-def _cholesky(M: Matrix) -> Matrix:
+def _cholesky(M: Matrix, floor=None) -> tuple[Matrix, Scalars]:
+    """The factor and its squared pivots. With `floor`, a pivot at or below it is replaced by
+    1 in the factor, so that a dependent row yields finite numbers rather than a 0/0 that a
+    later `where` would have to discard (a NaN discarded by `where` survives only until XLA
+    picks another code path: batches of 700 members went NaN)."""
     n = len(M)
     L = [[0.0 * M[0][0]] * n for _ in range(n)]
+    pivots = []
     for j in range(n):
-        L[j][j] = jnp.sqrt(M[j][j] - _dot(L[j][:j], L[j][:j]))
+        pivot = M[j][j] - _dot(L[j][:j], L[j][:j])
+        pivots.append(pivot)
+        L[j][j] = jnp.sqrt(pivot if floor is None else jnp.where(pivot > floor, pivot, 1.0))
         for i in range(j + 1, n):
             L[i][j] = (M[i][j] - _dot(L[i][:j], L[j][:j])) / L[j][j]
-    return L
+    return L, pivots
 
 
 def _forward(L: Matrix, b: Scalars) -> Scalars:
@@ -81,7 +103,7 @@ def cholesky(M: Float[Array, "n n"]) -> Float[Array, "n n"]:
     positive definite (as LAPACK's)."""
     if not unrolled(M.shape[0]):
         return jnp.linalg.cholesky(M)
-    return _array(_cholesky(_entries(M)))
+    return _array(_cholesky(_entries(M))[0])
 
 
 def solve_lower(
@@ -111,22 +133,43 @@ class GramFactor(NamedTuple):
 
     norms: Float[Array, " p"]
     G: Float[Array, "p p"]
+    # True where every squared pivot is above the floor: the rows are independent, and `G`
+    # is their factor (elsewhere `G` is finite but meaningless).
+    independent: Bool[Array, ""]
 
-    def min_pivot2(self) -> Float[Array, ""]:
-        """The smallest squared pivot (NaN where the factorization broke down)."""
-        return jnp.min(jnp.diagonal(self.G) ** 2)
 
+def gram_factor(B: Float[Array, "p n"], floor: float) -> GramFactor:
+    """The Cholesky factor of `B`'s row-normalised Gram matrix.
 
-def gram_factor(B: Float[Array, "p n"]) -> GramFactor:
-    """The Cholesky factor of `B`'s row-normalised Gram matrix (zero rows count as dependent)."""
+    Rows shorter than `jnp.linalg.pinv`'s cutoff relative to the longest row count as zero,
+    and zero rows as dependent: normalising a row at round-off scale would otherwise invert it
+    in full. No intermediate is non-finite for finite `B`.
+
+    **Arguments:**
+
+    - `B`: a `(p, n)` matrix.
+    - `floor`: the smallest squared pivot (sine² of the angle between a row and the span of
+      the rows before it) for which the rows count as independent.
+
+    **Returns:**
+
+    A `GramFactor`.
+    """
+    p, n = B.shape
     norms = jnp.sqrt(jnp.sum(B * B, axis=1))
-    norms = jnp.where(norms > 0, norms, 1)
-    unit = B / norms[:, None]
-    if not unrolled(*B.shape):
-        return GramFactor(norms, jnp.linalg.cholesky(unit @ unit.T))
+    cutoff = 10 * max(p, n) * jnp.finfo(B.dtype).eps * jnp.max(norms)
+    nonzero = norms > cutoff
+    norms = jnp.where(nonzero, norms, 1)
+    unit = jnp.where(nonzero[:, None], B, 0) / norms[:, None]
+    if not unrolled(p, n):
+        # Only the `method="cholesky"` route comes here (the robust one takes `_library_pinv`);
+        # LAPACK fills a failed factor with NaN, which `all(… > floor)` reads as dependent.
+        G = jnp.linalg.cholesky(unit @ unit.T)
+        return GramFactor(norms, G, jnp.all(jnp.diagonal(G) ** 2 > floor))
     rows = _entries(unit)
-    gram = [[_dot(rows[i], rows[j]) for j in range(len(rows))] for i in range(len(rows))]
-    return GramFactor(norms, _array(_cholesky(gram)))
+    gram = [[_dot(rows[i], rows[j]) for j in range(p)] for i in range(p)]
+    G, pivots = _cholesky(gram, floor)
+    return GramFactor(norms, _array(G), jnp.all(jnp.stack(pivots) > floor))
 
 
 def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array, Array]:
@@ -172,7 +215,8 @@ def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array
     def unfinished(state):
         return (state[1] > eps) & (state[2] < _MAX_SWEEPS)
 
-    start = (jnp.concatenate([B, jnp.eye(p, dtype=B.dtype)], axis=1), jnp.where(skip, 0.0, jnp.inf), 0)
+    # `worst` starts above eps (a cosine is at most 1) for members that need sweeps.
+    start = (jnp.concatenate([B, jnp.eye(p, dtype=B.dtype)], axis=1), jnp.where(skip, 0.0, 2.0), 0)
     xv, _, _ = jax.lax.while_loop(unfinished, sweep, start)
     w, v = xv[:, :n], xv[:, n:]
     sigma2 = jnp.sum(w * w, axis=1)
@@ -199,18 +243,15 @@ def _operator(B: Float[Array, "p n"], robust: bool):
         if robust:
             P = _library_pinv(B)
         else:
-            factor = gram_factor(B)
+            factor = gram_factor(B, rank_tolerance(B.shape[0], B.dtype))
             P = (B / factor.norms[:, None]).T @ jsl.cho_solve((factor.G, True), jnp.diag(1 / factor.norms))
         return (lambda X: P @ X), (lambda Y: P.T @ Y)
-    factor = gram_factor(B)
     p, n = B.shape
-    well = factor.min_pivot2() > _WELL_CONDITIONED  # False for NaN too
-    G = factor.G
-    if robust:
-        # Where the SVD is taken, a finite stand-in: reverse mode multiplies the unused
-        # branch's derivative by zero, and 0 · NaN would poison the gradient.
-        G = jnp.where(well, G, jnp.eye(p, dtype=G.dtype))
-    G, d = _entries(G), factor.norms
+    # The robust route factors only well separated rows (the SVD takes the rest); the fast one
+    # is only ever given independent rows (`uk_solve` checks them with the same factor).
+    factor = gram_factor(B, _WELL_CONDITIONED if robust else rank_tolerance(p, B.dtype))
+    well = factor.independent
+    G, d = _entries(factor.G), factor.norms
     rows = _entries(B / d[:, None])  # B̂ = D⁻¹ B, B⁺ = B̂ᵀ (B̂ B̂ᵀ)⁻¹ D⁻¹ for independent rows
 
     def gram_solve(u):
