@@ -206,7 +206,7 @@ def test_equalities_match_mujoco_and_kkt(xml):
     rng = np.random.default_rng(1)
     q, qd = model.q0 + 0.3 * rng.normal(size=model.q0.shape), rng.normal(size=model.q0.shape)
     mjm, d, _ = _mujoco_state(xml, q, qd)
-    ours = [np.atleast_1d(c.residual(0.0, jnp.asarray(q))) for c in model.constraints]
+    ours = [c.residual(model.system, 0.0, jnp.asarray(q)) for c in model.constraints]
     offset = 0
     for constraint, residual in zip(model.constraints, ours):
         # MuJoCo's rows: connect 3 (positions), weld 6 (position, then a rotation error with the
@@ -231,20 +231,23 @@ def test_spatial_rows_equal_automatic_differentiation():
     """`Connect` and `SiteConstraint` build their rows from joint twists; the generic route
     differentiates the same residual twice with `jax.jvp`."""
     rng = np.random.default_rng(4)
-    loop = models.from_mjcf(SPATIAL_LOOP).constraints[0]
+    spatial = models.from_mjcf(SPATIAL_LOOP)
+    loop, tree = spatial.constraints[0], spatial.system
     scara = models.from_mjcf(SCARA).system
     site = models.SiteConstraint(scara, "tool", models.scara_reference, axes=(0, 2))
     cases = [
-        (loop, loop.residual, 5),
+        (loop, tree, lambda t, q: loop.residual(tree, t, q), 5),
         (
             site,
+            scara,
             lambda t, q: (scara.site_position(q, "tool") - models.scara_reference(t))[np.array([0, 2])],
             4,
         ),
     ]
-    for constraint, residual, n in cases:
+    for constraint, system, residual, n in cases:
         q, qd = jnp.asarray(rng.normal(size=n)), jnp.asarray(rng.normal(size=n))
-        ours, generic = constraint.rows(0.7, q, qd), ukjax.Holonomic(residual).rows(0.7, q, qd)
+        ours = constraint.system_rows(system, 0.7, q, qd)
+        generic = ukjax.Holonomic(residual).rows(0.7, q, qd)
         for field in ("A", "b", "phi", "phid"):
             np.testing.assert_allclose(getattr(ours, field), getattr(generic, field), atol=1e-13)
     q = jnp.asarray(rng.normal(size=4))
@@ -465,3 +468,26 @@ def test_simulate_command(tmp_path, capsys):
     assert "3 bodies, 3 joints, 1 constraints (3 rows)" in text and "status SUCCESS" in text
     assert float(re.search(r"max constraint violation (\S+)", text).group(1)) < 1e-9
     assert out.stat().st_size > 10_000
+
+
+def test_constraints_read_the_tree_they_constrain():
+    """A geometry edit through `eqx.tree_at` (what a geometry fit does) reaches the loop
+    closure: the rocker's pivot moved 5 cm along x opens the loop by 5 cm, and the closure's
+    derivatives with respect to the pivots are ∓ the identity (the loop's ends at q = 0)."""
+    model = models.from_mjcf((EXAMPLES / "fourbar.xml").read_text())
+    csys = ukjax.ConstrainedSystem(model.system, model.constraints)
+    rocker = model.system.body_names.index("rocker")
+    coupler = model.system.body_names.index("coupler")
+
+    def closure(positions):
+        moved = eqx.tree_at(lambda s: s.system.body_positions, csys, positions)
+        return moved.violation(0.0, model.q0, model.qd0)[0]
+
+    positions = model.system.body_positions
+    np.testing.assert_allclose(closure(positions.at[rocker, 0].add(0.05)), [-0.05, 0, 0], atol=1e-14)
+    jac = jax.jacfwd(closure)(positions)
+    np.testing.assert_allclose(jac[:, rocker], -np.eye(3), atol=1e-14)
+    np.testing.assert_allclose(jac[:, coupler], np.eye(3), atol=1e-14)
+    # one copy of each parameter in the system: a fit names it once, by its place in the tree
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(csys)[0]]
+    assert [p for p in paths if p.endswith(".masses")] == [".system.masses"]

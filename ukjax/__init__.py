@@ -5,6 +5,7 @@ from ._batch import simulate_batch as simulate_batch
 from ._constraints import (
     AbstractConstraint as AbstractConstraint,
     AbstractHolonomic as AbstractHolonomic,
+    AbstractSystemConstraint as AbstractSystemConstraint,
     AbstractNonholonomic as AbstractNonholonomic,
     AccelerationConstraint as AccelerationConstraint,
     Baumgarte as Baumgarte,

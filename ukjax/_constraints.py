@@ -62,6 +62,17 @@ class AbstractConstraint(eqx.Module):
         """
 
 
+def holonomic_rows(phi: Callable, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> ConstraintRows:
+    """The rows of `φ(t, q) = 0` differentiated twice (`phi` returns `(p,)`)."""
+    t = jnp.asarray(t, dtype=q.dtype)
+
+    def phi_and_rate(t, q, qd):
+        return jax.jvp(phi, (t, q), (jnp.ones_like(t), qd))
+
+    (value, rate), (_, accel_free) = _time_derivative(phi_and_rate, t, q, qd)
+    return ConstraintRows(_jacobian(lambda q: phi(t, q), q), -accel_free, value, rate)
+
+
 class AbstractHolonomic(AbstractConstraint):
     """A holonomic (configuration) constraint `φ(t, q) = 0`, differentiated twice.
     Subclass it with `residual` to write a constraint whose parameters are fields."""
@@ -71,16 +82,8 @@ class AbstractHolonomic(AbstractConstraint):
         """`φ(t, q)`, a scalar or a `(p,)` vector."""
 
     def rows(self, t, q, qd):
-        t = jnp.asarray(t, dtype=q.dtype)
-
-        def phi(t, q):
-            return _as_rows(self.residual(t, q), f"{type(self).__name__} residual")
-
-        def phi_and_rate(t, q, qd):
-            return jax.jvp(phi, (t, q), (jnp.ones_like(t), qd))
-
-        (value, rate), (_, accel_free) = _time_derivative(phi_and_rate, t, q, qd)
-        return ConstraintRows(_jacobian(lambda q: phi(t, q), q), -accel_free, value, rate)
+        name = f"{type(self).__name__} residual"
+        return holonomic_rows(lambda t, q: _as_rows(self.residual(t, q), name), t, q, qd)
 
 
 class AbstractNonholonomic(AbstractConstraint):
@@ -102,6 +105,31 @@ class AbstractNonholonomic(AbstractConstraint):
         value, accel_free = _time_derivative(psi, t, q, qd)
         A = _jacobian(lambda qd: psi(t, q, qd), qd)
         return ConstraintRows(A, -accel_free, jnp.zeros_like(value), value)
+
+
+class AbstractSystemConstraint(AbstractConstraint):
+    """A constraint that reads the system it constrains (geometry, sites, joint references)
+    each time it is evaluated, instead of keeping a copy: whatever `eqx.tree_at` changes in
+    the system reaches its rows, its violation and every gradient. It is evaluated through
+    the system it is put in ([`ukjax.ConstrainedSystem`][], [`ukjax.ServoControl`][]), or
+    directly with `system_rows`."""
+
+    @abc.abstractmethod
+    def system_rows(
+        self, system, t: Real[ArrayLike, ""], q: Float[Array, " n"], qd: Float[Array, " n"]
+    ) -> ConstraintRows:
+        """The second-order form of the constraint on `system` at `(t, q, q̇)`.
+
+        **Returns:**
+
+        A `ConstraintRows` with `A` (p, n), `b` (p,) and the residuals `phi`, `phid` (p,).
+        """
+
+    def rows(self, t, q, qd):
+        raise TypeError(
+            f"{type(self).__name__} reads the system it constrains: evaluate it through "
+            "ConstrainedSystem(system, constraints) or call its system_rows(system, t, q, qd)."
+        )
 
 
 class Holonomic(AbstractHolonomic):
@@ -186,11 +214,14 @@ class Baumgarte(eqx.Module):
         return rows.b - self.alpha * rows.phid - self.beta * rows.phi
 
 
-def stack_rows(constraints, t, q, qd) -> ConstraintRows:
-    """Stack the rows of several constraints, checking each against `q`."""
+def stack_rows(constraints, system, t, q, qd) -> ConstraintRows:
+    """Stack the rows of several constraints on `system`, checking each against `q`."""
     parts = []
     for k, constraint in enumerate(constraints):
-        r = constraint.rows(t, q, qd)
+        if isinstance(constraint, AbstractSystemConstraint):
+            r = constraint.system_rows(system, t, q, qd)
+        else:
+            r = constraint.rows(t, q, qd)
         if r.A.shape[1:] != q.shape:
             raise ValueError(
                 f"Constraint {k} ({type(constraint).__name__}) gives A with {r.A.shape[1]} "

@@ -129,7 +129,7 @@ class ServoControl(eqx.Module):
 
     def violation(self, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> tuple[Array, Array]:
         """Tracking error of the servo constraints `(phi, phid)`, as `ConstrainedSystem.violation`."""
-        rows = stack_rows(self.servo_constraints, t, q, qd)
+        rows = stack_rows(self.servo_constraints, self.system, t, q, qd)
         return rows.phi, rows.phid
 
     def closed_loop(self) -> "ClosedLoop":

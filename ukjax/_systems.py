@@ -289,7 +289,7 @@ class ConstrainedSystem(AbstractSystem):
 
     def rows(self, t: Time, q: Coordinates, qd: Coordinates) -> ConstraintRows:
         """The stacked rows of this level's constraints (not the inner ones), `b` stabilized."""
-        rows = stack_rows(self.constraints, t, q, qd)
+        rows = stack_rows(self.constraints, self.system, t, q, qd)
         if self.stabilization is not None:
             rows = eqx.tree_at(lambda r: r.b, rows, self.stabilization.apply(rows))
         return rows

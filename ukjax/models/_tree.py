@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from .._constraints import AbstractConstraint, AbstractHolonomic, ConstraintRows, as_inexact
+from .._constraints import AbstractSystemConstraint, ConstraintRows, as_inexact, holonomic_rows
 from .._systems import AbstractUnconstrainedSystem
 
 # Spatial vectors are pairs (angular, linear) of 3-vectors at the world origin: a twist
@@ -419,19 +419,20 @@ def _tree_of(system) -> RigidBodyTree:
     return system
 
 
-class Connect(AbstractConstraint):
+class Connect(AbstractSystemConstraint):
     """A point fixed in `body1` coincides with a point fixed in `body2` (MJCF `connect`: a ball
     joint closing a loop; 3 rows). `body2 = "world"` pins the point in space. Its rows come
-    from the tree's joint twists ([`ukjax.models.RigidBodyTree.point_motion`][]).
+    from the tree's joint twists ([`ukjax.models.RigidBodyTree.point_motion`][]), read from
+    the system it constrains when evaluated.
 
     **Arguments:**
 
-    - `tree`: the [`ukjax.models.RigidBodyTree`][] (or a system wrapping it).
+    - `tree`: the [`ukjax.models.RigidBodyTree`][] (or a system wrapping it) whose body names
+      are checked; it is not stored.
     - `body1`, `anchor1`: the first body's name and the point in its frame.
     - `body2`, `anchor2`: the second body's name (or `"world"`) and the point in its frame.
     """
 
-    tree: RigidBodyTree
     body1: str = eqx.field(static=True)
     body2: str = eqx.field(static=True)
     anchor1: Float[Array, " 3"]
@@ -440,26 +441,27 @@ class Connect(AbstractConstraint):
     def __init__(
         self, tree, body1: str, anchor1: Float[ArrayLike, " 3"], body2: str, anchor2: Float[ArrayLike, " 3"]
     ):
-        self.tree = _tree_of(tree)
         for name in (body1, body2):
-            self.tree.body_index(name)  # raises for an unknown body
+            _tree_of(tree).body_index(name)  # raises for an unknown body
         self.body1, self.body2 = body1, body2
         self.anchor1, self.anchor2 = as_inexact(anchor1), as_inexact(anchor2)
 
-    def residual(self, t, q: Float[Array, " n"]) -> Float[Array, " 3"]:
-        """The gap between the two points."""
-        return self.tree.point_position(q, self.body1, self.anchor1) - self.tree.point_position(
+    def residual(self, system, t, q: Float[Array, " n"]) -> Float[Array, " 3"]:
+        """The gap between the two points on `system`."""
+        tree = _tree_of(system)
+        return tree.point_position(q, self.body1, self.anchor1) - tree.point_position(
             q, self.body2, self.anchor2
         )
 
-    def rows(self, t, q, qd):
-        x1, J1, a1 = self.tree.point_motion(q, qd, self.body1, self.anchor1)
-        x2, J2, a2 = self.tree.point_motion(q, qd, self.body2, self.anchor2)
+    def system_rows(self, system, t, q, qd):
+        tree = _tree_of(system)
+        x1, J1, a1 = tree.point_motion(q, qd, self.body1, self.anchor1)
+        x2, J2, a2 = tree.point_motion(q, qd, self.body2, self.anchor2)
         A = J1 - J2
         return ConstraintRows(A, a2 - a1, x1 - x2, A @ qd)
 
 
-class Weld(AbstractHolonomic):
+class Weld(AbstractSystemConstraint):
     """`body2` is fixed to `body1` (MJCF `weld`; 6 rows): the point `anchor` of `body2`
     stays at `position` in `body1`'s frame, and `body2`'s axes stay at `rotation` relative
     to `body1`'s (rows: position error, then `½ vee(E − Eᵀ)` of the relative-rotation error
@@ -467,14 +469,14 @@ class Weld(AbstractHolonomic):
 
     **Arguments:**
 
-    - `tree`: the [`ukjax.models.RigidBodyTree`][] (or a system wrapping it).
+    - `tree`: the [`ukjax.models.RigidBodyTree`][] (or a system wrapping it) whose body names
+      are checked; it is not stored.
     - `body1`, `body2`: body names (`"world"` allowed).
     - `anchor`: a point in `body2`'s frame, shape (3,).
     - `position`: where it belongs in `body1`'s frame, shape (3,).
     - `rotation`: `body2`'s axes in `body1`'s frame, shape (3, 3).
     """
 
-    tree: RigidBodyTree
     body1: str = eqx.field(static=True)
     body2: str = eqx.field(static=True)
     anchor: Float[Array, " 3"]
@@ -482,9 +484,8 @@ class Weld(AbstractHolonomic):
     rotation: Float[Array, "3 3"]
 
     def __init__(self, tree, body1: str, body2: str, anchor, position, rotation):
-        self.tree = _tree_of(tree)
         for name in (body1, body2):
-            self.tree.body_index(name)  # raises for an unknown body
+            _tree_of(tree).body_index(name)  # raises for an unknown body
         self.body1, self.body2 = body1, body2
         self.anchor, self.position, self.rotation = (
             as_inexact(anchor),
@@ -492,9 +493,11 @@ class Weld(AbstractHolonomic):
             as_inexact(rotation),
         )
 
-    def residual(self, t, q):
-        R1, p1 = self.tree.body_pose(q, self.body1)
-        R2, p2 = self.tree.body_pose(q, self.body2)
+    def residual(self, system, t, q):
+        """The position error (3) and the rotation error (3) on `system`."""
+        tree = _tree_of(system)
+        R1, p1 = tree.body_pose(q, self.body1)
+        R2, p2 = tree.body_pose(q, self.body2)
         E = (R1 @ self.rotation).T @ R2
         skew = 0.5 * (E - E.T)
         return jnp.concatenate(
@@ -504,28 +507,30 @@ class Weld(AbstractHolonomic):
             ]
         )
 
+    def system_rows(self, system, t, q, qd):
+        return holonomic_rows(lambda t, q: self.residual(system, t, q), t, q, qd)
 
-class JointCoupling(AbstractHolonomic):
+
+class JointCoupling(AbstractSystemConstraint):
     """MJCF `joint` equality: `q₁ − r₁ = Σₖ cₖ (q₂ − r₂)ᵏ` (k = 0…4), with `rᵢ` the joints'
-    reference positions; without `joint2`, `q₁ − r₁ = c₀` (1 row).
+    reference positions (read from the system it constrains); without `joint2`,
+    `q₁ − r₁ = c₀` (1 row).
 
     **Arguments:**
 
-    - `tree`: the [`ukjax.models.RigidBodyTree`][] (or a system wrapping it).
+    - `tree`: the [`ukjax.models.RigidBodyTree`][] (or a system wrapping it) whose joint names
+      are checked; it is not stored.
     - `joint1`, `joint2`: joint names (`joint2` may be None).
     - `coefficients`: `c₀…c₄`, shape (5,).
     """
 
-    tree: RigidBodyTree
     joint1: str = eqx.field(static=True)
     joint2: str | None = eqx.field(static=True)
     coefficients: Float[Array, " 5"]
 
     def __init__(self, tree, joint1: str, joint2: str | None, coefficients: Float[ArrayLike, " 5"]):
-        self.tree = _tree_of(tree)
-        self.tree.joint_index(joint1)
-        if joint2 is not None:
-            self.tree.joint_index(joint2)
+        for name in (joint1,) if joint2 is None else (joint1, joint2):
+            _tree_of(tree).joint_index(name)  # raises for an unknown joint
         self.joint1, self.joint2 = joint1, joint2
         self.coefficients = as_inexact(coefficients)
         if self.coefficients.shape != (5,):
@@ -533,40 +538,46 @@ class JointCoupling(AbstractHolonomic):
                 f"JointCoupling needs 5 polynomial coefficients, got shape {self.coefficients.shape}."
             )
 
-    def residual(self, t, q):
-        i = self.tree.joint_index(self.joint1)
-        x1 = q[i] - self.tree.reference[i]
+    def residual(self, system, t, q):
+        """`q₁ − r₁ − Σₖ cₖ (q₂ − r₂)ᵏ` on `system`, shape (1,)."""
+        tree = _tree_of(system)
+        i = tree.joint_index(self.joint1)
+        x1 = q[i] - tree.reference[i]
         if self.joint2 is None:
-            return x1 - self.coefficients[0]
-        k = self.tree.joint_index(self.joint2)
-        x2 = q[k] - self.tree.reference[k]
-        return x1 - jnp.polyval(self.coefficients[::-1], x2)
+            return (x1 - self.coefficients[0])[None]
+        k = tree.joint_index(self.joint2)
+        x2 = q[k] - tree.reference[k]
+        return (x1 - jnp.polyval(self.coefficients[::-1], x2))[None]
+
+    def system_rows(self, system, t, q, qd):
+        return holonomic_rows(lambda t, q: self.residual(system, t, q), t, q, qd)
 
 
-class SiteConstraint(AbstractConstraint):
+class SiteConstraint(AbstractSystemConstraint):
     """The site `site` follows a path: `x_site(q) = target(t)` (3 rows), or the components
-    in `axes` only. Its rows come from the tree's joint twists and the path's derivatives.
+    in `axes` only. Its rows come from the tree's joint twists (read from the system it
+    constrains when evaluated) and the path's derivatives.
 
     **Arguments:**
 
-    - `tree`: the [`ukjax.models.RigidBodyTree`][] (or a system wrapping it).
+    - `tree`: the [`ukjax.models.RigidBodyTree`][] (or a system wrapping it) whose site names
+      are checked; it is not stored.
     - `site`: the site's name.
     - `target`: `target(t) -> (3,)`, the path in world coordinates (differentiable in `t`).
     - `axes`: which world components to prescribe (default all three).
     """
 
-    tree: RigidBodyTree
     site: str = eqx.field(static=True)
     target: Callable
     axes: tuple[int, ...] = eqx.field(static=True)
 
     def __init__(self, tree, site: str, target: Callable, axes: Sequence[int] = (0, 1, 2)):
-        self.tree = _tree_of(tree)
-        self.tree.site(site)
+        _tree_of(tree).site(site)  # raises for an unknown site
         self.site, self.target, self.axes = site, target, tuple(axes)
 
-    def rows(self, t, q, qd):
-        x, J, bias = self.tree.point_motion(q, qd, *self.tree.site(self.site))
+    def system_rows(self, system, t, q, qd):
+        tree = _tree_of(system)
+        x, J, bias = tree.point_motion(q, qd, *tree.site(self.site))
         t = jnp.asarray(t, dtype=q.dtype)
 
         def path_and_rate(t):
