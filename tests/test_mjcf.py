@@ -207,13 +207,8 @@ def test_equalities_match_mujoco_and_kkt(xml):
     q, qd = model.q0 + 0.3 * rng.normal(size=model.q0.shape), rng.normal(size=model.q0.shape)
     mjm, d, _ = _mujoco_state(xml, q, qd)
     ours = [c.residual(model.system, 0.0, jnp.asarray(q)) for c in model.constraints]
-    offset = 0
-    for constraint, residual in zip(model.constraints, ours):
-        # MuJoCo's rows: connect 3 (positions), weld 6 (position, then a rotation error with the
-        # same zeros but another scale), joint 1
-        compared = 3 if isinstance(constraint, models.Weld) else residual.shape[0]
-        np.testing.assert_allclose(residual[:compared], d.efc_pos[offset : offset + compared], atol=1e-12)
-        offset += 6 if isinstance(constraint, models.Weld) else residual.shape[0]
+    # MuJoCo's rows, in the same order: connect 3, weld 6 (position, quaternion error), joint 1
+    np.testing.assert_allclose(np.concatenate(ours), d.efc_pos[: sum(map(len, ours))], atol=1e-12)
     # the accelerations against the KKT form on the rows that are not identically zero (a planar
     # loop written in 3D has one)
     rows = csys.rows(0.0, jnp.asarray(q), jnp.asarray(qd))
@@ -491,3 +486,21 @@ def test_constraints_read_the_tree_they_constrain():
     # one copy of each parameter in the system: a fit names it once, by its place in the tree
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(csys)[0]]
     assert [p for p in paths if p.endswith(".masses")] == [".system.masses"]
+
+
+def test_weld_rotation_error_vanishes_only_when_welded():
+    """MuJoCo's quaternion error: 1 at a half turn (`½ vee(E − Eᵀ)` was 0 there), and the
+    projection from 2.8 rad lands on the welded pose (it went to π)."""
+    xml = """<mujoco><option><flag contact="disable"/></option><worldbody><body name="a" pos="0 0 1">
+      <joint name="h" axis="0 0 1"/><geom size="0.1" mass="1"/></body></worldbody>
+      <equality><weld body1="a"/></equality></mujoco>"""
+    model = models.from_mjcf(xml)
+    weld = model.constraints[0]
+    for angle in (0.3, 2.8, np.pi):
+        _, d, _ = _mujoco_state(xml, [angle], [0.0])
+        np.testing.assert_allclose(weld.residual(model.system, 0.0, jnp.array([angle])), d.efc_pos[:6], atol=1e-14)
+    assert abs(d.efc_pos[5]) == pytest.approx(1.0)
+    csys = ukjax.ConstrainedSystem(model.system, model.constraints)
+    q, _ = csys.project(0.0, jnp.array([2.8]), jnp.array([0.0]))
+    assert np.cos(float(q[0])) == pytest.approx(1.0, abs=1e-12)
+    np.testing.assert_allclose(csys.violation(0.0, q, jnp.zeros(1))[0], 0.0, atol=1e-12)

@@ -461,11 +461,35 @@ class Connect(AbstractSystemConstraint):
         return ConstraintRows(A, a2 - a1, x1 - x2, A @ qd)
 
 
+def _rotation_error(E: Float[Array, "3 3"]) -> Float[Array, " 3"]:
+    """The vector part of the unit quaternion of the rotation `E`, taken with a non-negative
+    scalar part: `sin(θ/2)` times the axis, zero only at the identity and of norm 1 at a half
+    turn (MuJoCo's weld error). Shepperd's choice of the largest of `4w², 4x², 4y², 4z²`
+    (one of them is at least 1) keeps every branch finite, so none needs discarding."""
+    trace = E[0, 0] + E[1, 1] + E[2, 2]
+    squares = jnp.stack([1 + trace, 1 + 2 * E[0, 0] - trace, 1 + 2 * E[1, 1] - trace, 1 + 2 * E[2, 2] - trace])
+    s = jnp.sqrt(jnp.maximum(squares, 1.0))
+    skew = jnp.stack([E[2, 1] - E[1, 2], E[0, 2] - E[2, 0], E[1, 0] - E[0, 1]])  # 4w (x, y, z)
+    sym = jnp.stack([E[1, 2] + E[2, 1], E[0, 2] + E[2, 0], E[0, 1] + E[1, 0]])  # 4 (yz, xz, xy)
+    # (w, x, y, z) from each choice of the largest component
+    candidates = jnp.stack(
+        [
+            jnp.concatenate([s[:1] / 2, skew / (2 * s[0])]),
+            jnp.stack([skew[0], s[1] ** 2, sym[2], sym[1]]) / (2 * s[1]),
+            jnp.stack([skew[1], sym[2], s[2] ** 2, sym[0]]) / (2 * s[2]),
+            jnp.stack([skew[2], sym[1], sym[0], s[3] ** 2]) / (2 * s[3]),
+        ]
+    )
+    quaternion = candidates[jnp.argmax(squares)]
+    return jnp.where(quaternion[0] < 0, -1.0, 1.0) * quaternion[1:]
+
+
 class Weld(AbstractSystemConstraint):
     """`body2` is fixed to `body1` (MJCF `weld`; 6 rows): the point `anchor` of `body2`
     stays at `position` in `body1`'s frame, and `body2`'s axes stay at `rotation` relative
-    to `body1`'s (rows: position error, then `½ vee(E − Eᵀ)` of the relative-rotation error
-    `E`).
+    to `body1`'s. Rows: the position error, then MuJoCo's rotation error, the vector part of
+    the quaternion of `R₂ᵀ R₁ rotation` (`sin(θ/2)` times the axis: zero only where the
+    bodies are welded, 1 at a half turn).
 
     **Arguments:**
 
@@ -498,14 +522,8 @@ class Weld(AbstractSystemConstraint):
         tree = _tree_of(system)
         R1, p1 = tree.body_pose(q, self.body1)
         R2, p2 = tree.body_pose(q, self.body2)
-        E = (R1 @ self.rotation).T @ R2
-        skew = 0.5 * (E - E.T)
-        return jnp.concatenate(
-            [
-                p1 + R1 @ self.position - (p2 + R2 @ self.anchor),
-                jnp.stack([skew[2, 1], skew[0, 2], skew[1, 0]]),
-            ]
-        )
+        rotation = _rotation_error(R2.T @ R1 @ self.rotation)
+        return jnp.concatenate([p1 + R1 @ self.position - (p2 + R2 @ self.anchor), rotation])
 
     def system_rows(self, system, t, q, qd):
         return holonomic_rows(lambda t, q: self.residual(system, t, q), t, q, qd)
