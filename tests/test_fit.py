@@ -263,3 +263,37 @@ def test_several_experiments_fitted_together():
         progress=False,
     )
     assert np.max(np.abs(identify.relative_errors(res.model, true))) < 1e-6
+
+
+def test_fit_never_returns_a_non_finite_model_as_success():
+    """At its minimum `‖x − x*‖` has a NaN gradient: L-BFGS's cached value stayed finite, the
+    `tol` test read "no decrease" as convergence and the model came back NaN."""
+    start = Quadratic(jnp.array([1.0, 2.0]))
+    loss = lambda m: jnp.linalg.norm(m.x - jnp.array([1.0, 2.0])) + jnp.sum(m.x**2)  # noqa: E731
+    with pytest.warns(UserWarning, match="not finite"):
+        res = ukjax.fit(loss, start, where=lambda m: m.x, tol=1e-8, progress=False)
+    assert res.stop == "non-finite loss or gradient"
+    np.testing.assert_array_equal(res.model.x, start.x)
+    assert np.all(np.isfinite(res.losses)) and res.losses[-1] == 5.0
+
+
+def test_tuning_from_a_consistent_start():
+    """The README's pendulum started on its rod (Φ = 0 exactly: the derivative of ‖Φ‖ there
+    was NaN, and so were the gains), and per-row starting gains tuned to one pair."""
+    system = ukjax.ExplicitSystem(lambda t, q: jnp.eye(2), lambda t, q, qd: jnp.array([0.0, -9.81]))
+    rod = ukjax.Holonomic(lambda t, q: q @ q - 1.0)
+    q0, qd0, fixed = jnp.array([0.6, -0.8]), jnp.zeros(2), dict(solver=ukjax.RK4(), adaptive=False, dt0=0.05)
+    ts = 0.05 * jnp.arange(21)
+
+    def drift(gains):
+        sol = ukjax.simulate(ukjax.ConstrainedSystem(system, rod, gains), q0, qd0, 0.0, 1.0, ts=ts, **fixed)
+        return float(jnp.trapezoid(jnp.linalg.norm(sol.phi, axis=1), ts))
+
+    start = ukjax.Baumgarte(2.0, 25.0)
+    gains = ukjax.tune_baumgarte(ukjax.ConstrainedSystem(system, rod, start), q0, qd0, 1.0, progress=False, **fixed)
+    assert np.isfinite(float(gains.alpha)) and np.isfinite(float(gains.beta))
+    assert drift(gains) < 0.1 * drift(start)
+    per_row = ukjax.Baumgarte(jnp.array([2.0, 3.0]), jnp.array([25.0, 16.0]))
+    twice = ukjax.ConstrainedSystem(system, [rod, rod], per_row)
+    shared = ukjax.tune_baumgarte(twice, q0, qd0, 1.0, progress=False, steps=5, **fixed)
+    assert shared.alpha.shape == () and np.isfinite(float(shared.beta))

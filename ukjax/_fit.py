@@ -154,14 +154,19 @@ class FitResult(eqx.Module):
 
     **Attributes:**
 
-    - `model`: the model with the fitted leaves.
+    - `model`: the model with the fitted leaves: the last one whose loss and gradient were
+      finite.
     - `losses`: the loss before each step and after the last one, shape (steps + 1,).
     - `steps`: optimiser steps taken.
+    - `stop`: why it stopped: `"converged"` (the `tol` test), `"step limit"`, or
+      `"non-finite loss or gradient"` (then `model` is the last finite one and a warning says
+      so).
     """
 
     model: Any
     losses: np.ndarray
     steps: int
+    stop: str
 
 
 def fit(
@@ -188,7 +193,8 @@ def fit(
       values and gradients they computed).
     - `steps`: the most optimiser steps.
     - `positive`: fit the logarithms, so that the fitted leaves stay positive.
-    - `tol`: stop once a step lowers the loss by less than `tol` times its value.
+    - `tol`: stop once a step lowers the loss by less than `tol` times its value. A loss or
+      gradient that is not finite stops the fit too (with a warning), at the last finite model.
     - `progress`: a progress bar (a terminal) or a line per tenth of the run (a pipe).
     - `jac`: `"bwd"` (reverse mode: one backward pass, whatever the number of parameters) or
       `"fwd"` (one forward-mode pass per parameter: cheaper for a handful of parameters,
@@ -220,28 +226,42 @@ def fit(
     def step(theta, state):
         value, grad = value_and_grad(theta, state=state) if cached else value_and_grad(theta)
         updates, state = opt.update(grad, state, theta, value=value, grad=grad, value_fn=objective)
-        return optax.apply_updates(theta, updates), state, value
+        new = optax.apply_updates(theta, updates)
+        # a line search's cached value can stay finite while the gradient or the step is not
+        finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(grad)) & jnp.all(jnp.isfinite(new))
+        return new, state, value, finite
 
-    theta, losses = theta0, []
+    theta, previous, losses = theta0, theta0, []
     meter = _Progress(steps, "fit", progress)
     why = "step limit"
     try:
         for k in range(steps):
-            theta, state, value = step(theta, state)
+            candidate, state, value, finite = step(theta, state)
+            if not bool(finite):
+                why = "non-finite loss or gradient"
+                break
+            previous, theta = theta, candidate
             losses.append(float(value))
             meter.update(k + 1, losses[-1])
-            if not math.isfinite(losses[-1]):
-                why = "non-finite loss"
-                break
             if tol is not None and k > 0 and losses[-2] - losses[-1] <= tol * abs(losses[-2]):
                 why = "converged"
                 break
     except (TypeError, ValueError) as error:
         raise _explain_mode(error, jac) from error
     final = float(jax.jit(objective)(theta))
+    if not math.isfinite(final):  # the last step left the finite region: step back
+        why, theta = "non-finite loss or gradient", previous
+        final = losses.pop() if losses else final
     losses.append(final)
     meter.close(len(losses) - 1, final, why)
-    return FitResult(params.model(theta), np.asarray(losses), len(losses) - 1)
+    if why == "non-finite loss or gradient":
+        warnings.warn(
+            f"fit stopped after {len(losses) - 1} steps: the loss or its gradient is not finite there "
+            f"(loss {final:.6e} at the last finite model, which is returned). Check the loss for NaN "
+            "(a norm or square root at zero, a failed simulation).",
+            stacklevel=2,
+        )
+    return FitResult(params.model(theta), np.asarray(losses), len(losses) - 1, why)
 
 
 class LeastSquaresResult(eqx.Module):
@@ -754,6 +774,8 @@ def tune_baumgarte(
         )
     current = csys.stabilization
     omega0 = jnp.sqrt(current.beta) if current is not None else jnp.asarray(0.1 * omega_max)
+    if not per_row:  # one pair for all rows: start from the rows' mean frequency
+        omega0 = jnp.mean(omega0)
     omega0 = jnp.clip(jnp.broadcast_to(omega0, (p,) if per_row else ()), 1e-3 * omega_max, 0.5 * omega_max)
     # slightly apart, so that the search can leave critical damping
     u0 = jax.scipy.special.logit(jnp.stack([0.9 * omega0, omega0 / 0.9]) / omega_max)
@@ -772,7 +794,11 @@ def tune_baumgarte(
         sol = simulate(
             with_gains(gains), q0, qd0, t0, t1, ts=ts, max_steps=cap, adjoint=diffrax.ForwardMode(), **run
         )
-        drift = jnp.trapezoid(jnp.linalg.norm(sol.phi, axis=1), ts)
+        # ‖Φ‖ has no derivative where Φ = 0 (a consistent start): the square root is taken
+        # only where the sum is positive, so that no NaN tangent is formed at all
+        squares = jnp.sum(sol.phi**2, axis=1)
+        positive = squares > 0
+        drift = jnp.trapezoid(jnp.where(positive, jnp.sqrt(jnp.where(positive, squares, 1)), 0), ts)
         return jnp.where(sol.success, jnp.log(drift), jnp.inf)
 
     start = _Gains(u0, jnp.asarray(omega_max, q0.dtype))
