@@ -297,3 +297,34 @@ def test_tuning_from_a_consistent_start():
     twice = ukjax.ConstrainedSystem(system, [rod, rod], per_row)
     shared = ukjax.tune_baumgarte(twice, q0, qd0, 1.0, progress=False, steps=5, **fixed)
     assert shared.alpha.shape == () and np.isfinite(float(shared.beta))
+
+
+def test_rank_does_not_depend_on_a_parameter_size():
+    """A full-rank linear problem: the parameter whose truth is 1e-9 is as determined as at
+    1e-3 or in other units (the |θ| column scaling called it unidentifiable, rank 1, std inf)."""
+
+    class Line(eqx.Module):
+        a: jax.Array
+        b: jax.Array
+
+    x = jnp.linspace(-1.0, 1.0, 50)
+    results = []
+    for truth, unit in ((1e-9, 1.0), (1e-3, 1.0), (1e-9, 1e6)):
+        data = truth * x + 0.5 + 0.01 * jnp.sin(7 * x)  # a model error, so that σ > 0
+
+        def residuals(m):
+            return m.a * unit * x + m.b - data
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = ukjax.fit_least_squares(residuals, Line(jnp.array(0.3), jnp.array(0.3)), where=lambda m: (m.a, m.b), progress=False)
+        assert not [w for w in caught if "determine" in str(w.message)]
+        assert res.rank == 2 and res.unidentifiable.shape == (0, 2) and np.all(np.isfinite(res.std))
+        results.append(res)
+    # same design, same verdict; the standard error of `a` follows its unit
+    np.testing.assert_allclose(results[0].singular_values, results[2].singular_values, rtol=1e-10)
+    np.testing.assert_allclose(results[0].std[0], 1e6 * results[2].std[0], rtol=1e-6)
+    # stopped by max_steps: said, not reported as a final answer
+    with pytest.warns(UserWarning, match="did not converge"):
+        res = ukjax.fit_least_squares(residuals, Line(jnp.array(0.3), jnp.array(0.3)), where=lambda m: (m.a, m.b), progress=False, max_steps=1)
+    assert not res.success

@@ -67,7 +67,10 @@ def _parameters(
                 f"where selected a {type(leaf).__name__} (leaf {k}); the parameters to fit must be "
                 "floating-point arrays (give the model's parameters as jnp arrays of floats)."
             )
+    # strongly typed: a weakly typed start (`jnp.array(0.3)`) traces other programs than the
+    # strongly typed iterates, which optimistix's separately compiled steps cannot combine
     values = jnp.concatenate([jnp.ravel(leaf) for leaf in leaves])
+    values = jnp.asarray(values, dtype=values.dtype)
     if positive and not bool(jnp.all(values > 0)):
         raise ValueError("positive=True fits logarithms, but some selected parameters are not positive.")
     params = _Parameters(model, where, positive, single, tuple(leaf.shape for leaf in leaves))
@@ -280,11 +283,13 @@ class LeastSquaresResult(eqx.Module):
       `positive=True`); `inf` for scalars the data do not determine.
     - `covariance`: `σ² (JᵀJ)⁺` in those units (the pseudo-inverse leaves out the
       undetermined directions).
-    - `singular_values`: of the Jacobian in relative parameter changes (`∂r/∂ log θ`), largest
-      first: comparable across parameters of any units.
-    - `rank`: the number of singular values above `rank_rtol` times the largest.
+    - `singular_values`: of the Jacobian with its columns scaled to unit norm, largest first:
+      invariant to the parameters' values and units.
+    - `rank`: the number of singular values above `rank_rtol` times the largest (so the
+      verdict does not depend on a parameter's size or unit, nor fail at a value of zero).
     - `unidentifiable`: one row per direction the data do not determine, in relative
-      parameter changes (unit norm); shape (0, p) when every parameter is determined.
+      parameter changes `δθ/θ` (`δθ` for a parameter at zero; orthonormal rows); shape
+      (0, p) when every parameter is determined.
     - `noise_std`: the `σ` used (given, or `√(2 cost / (m − rank))` from `m` residuals).
     - `values`: the fitted scalars, in the order of `names`.
     """
@@ -319,7 +324,7 @@ class LeastSquaresResult(eqx.Module):
         if not self.unidentifiable.size:
             return change
         scale = np.where(self.values != 0, np.abs(self.values), 1.0)
-        lines = np.linalg.qr((self.unidentifiable * scale).T)[0]
+        lines = np.linalg.qr((self.unidentifiable * scale).T)[0]  # back to the scalars' units
         return change - lines @ (lines.T @ change)
 
 
@@ -443,6 +448,13 @@ def fit_least_squares(
     values = np.asarray(params.values(theta))
     stats = _statistics(np.asarray(jacobian), values, positive, r, noise_std, rank_rtol)
     res = LeastSquaresResult(params.model(theta), cost, np.asarray(costs), k, success, names, *stats, values)
+    if not success:
+        why = f"max_steps = {max_steps} reached" if k >= max_steps else f"the solver reports {result}"
+        warnings.warn(
+            f"fit_least_squares did not converge ({why}): the model, standard errors and rank are "
+            "those of an unconverged point (res.success is False). Raise max_steps or start closer.",
+            stacklevel=2,
+        )
     if res.rank < len(res.names):
         directions = "; ".join(res.describe(v) for v in res.unidentifiable)
         warnings.warn(
@@ -455,22 +467,34 @@ def fit_least_squares(
 
 
 def _statistics(J, values, positive, r, noise_std, rank_rtol):
-    """Standard errors, covariance, singular values, rank and null directions."""
-    # Columns in relative changes δθ/θ, so that parameters of any units compare.
-    scale = np.where(values != 0, np.abs(values), 1.0)
-    J_rel = J if positive else J * scale
-    _, s, Vt = np.linalg.svd(J_rel, full_matrices=False)
+    """Standard errors, covariance, singular values, rank and null directions.
+
+    The rank is decided on the Jacobian with its columns scaled to unit norm: invariant to the
+    parameters' values and units, and defined for a parameter whose value is zero (scaling by
+    `|θ|` made a well-determined parameter near zero look undetermined). The null directions
+    are reported in relative changes `δθ/θ` (`δθ` where `θ = 0`).
+    """
+    norms = np.linalg.norm(J, axis=0)
+    norms = np.where(norms > 0, norms, 1.0)
+    _, s, Vt = np.linalg.svd(J / norms, full_matrices=False)
     rank = int(np.sum(s > rank_rtol * s[0])) if s.size and s[0] > 0 else 0
     null = Vt[rank:]
     m = r.size
     if noise_std is None:
         noise_std = float(np.sqrt(r @ r / (m - rank))) if m > rank else float("nan")
-    cov_rel = noise_std**2 * (Vt[:rank].T / s[:rank] ** 2) @ Vt[:rank]
-    covariance = cov_rel * np.outer(values if positive else scale, values if positive else scale)
+    # in the fitted coordinates (θ, or log θ with positive=True), then in θ's own units
+    covariance = noise_std**2 * ((Vt[:rank].T / s[:rank] ** 2) @ Vt[:rank]) / np.outer(norms, norms)
+    if positive:
+        covariance = covariance * np.outer(values, values)
     std = np.sqrt(np.diag(covariance))
     undetermined = np.linalg.norm(null, axis=0) > 1e-3 if null.size else np.zeros(len(values), bool)
     std = np.where(undetermined, np.inf, std)
-    return std, covariance, s, rank, null, noise_std
+    directions = null / norms
+    if not positive:
+        directions = directions / np.where(values != 0, np.abs(values), 1.0)
+    if directions.size:
+        directions = np.linalg.qr(directions.T)[0].T
+    return std, covariance, s, rank, directions, noise_std
 
 
 class MultipleShooting(eqx.Module):
