@@ -255,6 +255,13 @@ def test_several_experiments_fitted_together():
         ukjax.trajectory_residuals(start, q0s[0], qd0[0], ts, measured[0], **tol),
         atol=1e-14,
     )
+    # one set of weights per experiment weighs that experiment only (it gave E× the residuals)
+    weights = jnp.stack([jnp.full((11, 2), 2.0), jnp.full((11, 2), 3.0)])
+    weighted = ukjax.trajectory_residuals(start, q0s, qd0, ts, measured, weights=weights, **tol)
+    plain = ukjax.trajectory_residuals(start, q0s, qd0, ts, measured, **tol)
+    np.testing.assert_allclose(weighted, jnp.repeat(jnp.array([2.0, 3.0]), first.size) * plain, atol=1e-14)
+    with pytest.raises(ValueError, match="weights must broadcast"):
+        ukjax.trajectory_residuals(start, q0s, qd0, ts, measured, weights=jnp.ones((3, 11, 2)), **tol)
     res = ukjax.fit_least_squares(
         lambda m: ukjax.trajectory_residuals(m, q0s, qd0, ts, measured, **tol),
         start,

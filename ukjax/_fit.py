@@ -566,7 +566,8 @@ def trajectory_residuals(
     - `ts`: the measurement times, shape (k,), `ts[0]` the start time.
     - `q_measured`: measured coordinates, shape (k, n) or (E, k, n).
     - `qd_measured`: measured velocities, same shape, if any.
-    - `weights`: multiplies the residuals of each coordinate (broadcast against (k, n)).
+    - `weights`: multiplies the residuals, broadcast against `q_measured` ((k, n), or
+      (E, k, n) for one set of weights per experiment).
     - `continuity_weight`: multiplies the continuity residuals of multiple shooting.
     - `simulate_kwargs`: passed to [`ukjax.simulate`][]. By default `adjoint` is
       `diffrax.ForwardMode()` (the Jacobian of `fit_least_squares` has few columns) and
@@ -592,11 +593,18 @@ def trajectory_residuals(
     if qdm is not None and qdm.shape != qm.shape:
         raise ValueError(f"qd_measured must have the shape of q_measured {qm.shape}, got {qdm.shape}.")
     weights = jnp.ones(()) if weights is None else jnp.asarray(weights)
+    try:
+        weights = jnp.broadcast_to(weights, qm.shape)
+    except ValueError:
+        raise ValueError(
+            f"weights must broadcast against q_measured's shape {qm.shape} (one weight per experiment, "
+            f"time and coordinate at most), got {weights.shape}."
+        ) from None
     segments = model.q_starts.shape[-2] + 1 if shooting else 1
     K = _segment_length(ts.shape[0], segments)
     seg_ts = jnp.stack([ts[i * K : i * K + K + 1] for i in range(segments)])
 
-    def one(q0, qd0, qm, qdm, q_starts, qd_starts):
+    def one(q0, qd0, qm, qdm, weights, q_starts, qd_starts):
         starts_q = jnp.concatenate([q0[None], q_starts])
         starts_qd = jnp.concatenate([qd0[None], qd_starts])
         sol = jax.vmap(lambda q, qd, st: simulate(system, q, qd, st[0], st[-1], ts=st, **simulate_kwargs))(
@@ -617,10 +625,10 @@ def trajectory_residuals(
     q_starts = model.q_starts if shooting else empty
     qd_starts = model.qd_starts if shooting else empty
     qdm_or_q = qm if qdm is None else qdm
-    run = one if qdm is not None else (lambda q0, qd0, qm, _, qs, qds: one(q0, qd0, qm, None, qs, qds))
+    run = one if qdm is not None else (lambda q0, qd0, qm, _, w, qs, qds: one(q0, qd0, qm, None, w, qs, qds))
     if q0.ndim == 1:
-        return run(q0, qd0, qm, qdm_or_q, q_starts, qd_starts)
-    return jnp.ravel(jax.vmap(run)(q0, qd0, qm, qdm_or_q, q_starts, qd_starts))
+        return run(q0, qd0, qm, qdm_or_q, weights, q_starts, qd_starts)
+    return jnp.ravel(jax.vmap(run)(q0, qd0, qm, qdm_or_q, weights, q_starts, qd_starts))
 
 
 def _constrained_forces(system: AbstractSystem, t, q, qd, qdd):
