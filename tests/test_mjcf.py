@@ -379,7 +379,7 @@ def test_unsupported_features_named_in_one_warning():
     assert len(caught) == 1
     message = str(caught[0].message)
     assert (
-        "contacts (2 geoms can collide)" in message
+        "contacts (1 geom pairs can collide)" in message
         and "joint limits (j6)" in message
         and "actuators other than joint motors" in message
     )
@@ -504,3 +504,34 @@ def test_weld_rotation_error_vanishes_only_when_welded():
     q, _ = csys.project(0.0, jnp.array([2.8]), jnp.array([0.0]))
     assert np.cos(float(q[0])) == pytest.approx(1.0, abs=1e-12)
     np.testing.assert_allclose(csys.violation(0.0, q, jnp.zeros(1))[0], 0.0, atol=1e-12)
+
+
+FLAGS = """<mujoco><option>{flags}</option>
+  <worldbody><body name="a" pos="0 0 1">
+    <joint name="h1" axis="0 1 0" stiffness="3" springref="0.4" damping="0.5"/>
+    <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03" mass="1"/>
+    <body name="b" pos="0.3 0 0"><joint name="h2" axis="0 1 0"/>
+      <geom type="capsule" fromto="-0.05 0 0 0.3 0 0.1" size="0.03" mass="0.5"/></body>
+  </body></worldbody>
+  <equality><joint joint1="h2" joint2="h1" polycoef="0 0.5 0 0 0"/></equality>
+  <actuator><motor name="m" joint="h1" gear="2" ctrlrange="-1 1"/></actuator></mujoco>"""
+
+
+@pytest.mark.parametrize("flag", ["", "gravity", "spring", "damper", "equality", "actuation", "filterparent"])
+def test_option_flags_are_honoured(flag):
+    """`<flag X="disable"/>` switches off in ukjax what it switches off in MuJoCo; the
+    parent–child geoms overlap, and are a contact only where MuJoCo's filter lets them be."""
+    xml = FLAGS.format(flags=f'<flag {flag}="disable"/>' if flag else "")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = models.from_mjcf(xml)
+    q, qd, ctrl = np.array([0.3, -0.2]), np.array([0.7, -1.1]), np.array([0.6])
+    mjm, d, _ = _mujoco_state(xml, q, qd)
+    d.ctrl[:] = ctrl
+    mujoco.mj_forward(mjm, d)
+    ours = forces(model.system, jnp.asarray(q), jnp.asarray(qd)) + model.actuation @ ctrl
+    np.testing.assert_allclose(ours, d.qfrc_passive - d.qfrc_bias + d.qfrc_actuator, atol=1e-12)
+    assert len(model.constraints) == (0 if flag == "equality" else 1) == mjm.neq * (flag != "equality")
+    message = " ".join(str(w.message) for w in caught)
+    assert ("contacts" in message) == (d.ncon > 0) == (flag == "filterparent")
+    assert ("ctrlrange/forcerange clamps of m" in message) == (flag != "actuation")

@@ -43,40 +43,86 @@ def _rotation(quat) -> np.ndarray:
     return R.reshape(3, 3)
 
 
+def _disabled(mjm, *flags: str) -> bool:
+    """Whether any of MuJoCo's `<option><flag …="disable"/>` flags (`"GRAVITY"`, …) is set."""
+    import mujoco
+
+    return any(mjm.opt.disableflags & int(getattr(mujoco.mjtDisableBit, f"mjDSBL_{f}")) for f in flags)
+
+
+def _colliding_pairs(mjm) -> int:
+    """The geom pairs MuJoCo's collision filter admits: different weld bodies, not parent and
+    child (unless `filterparent` is disabled or one is the world), not excluded, compatible
+    `contype`/`conaffinity`; plus explicit `<pair>`s."""
+    weld, parent = mjm.body_weldid, mjm.body_weldid[mjm.body_parentid[mjm.body_weldid]]
+    filter_parent = not _disabled(mjm, "FILTERPARENT")
+    excluded = set(int(x) for x in mjm.exclude_signature)
+    geoms = np.flatnonzero((mjm.geom_contype != 0) | (mjm.geom_conaffinity != 0))
+    count = int(mjm.npair)
+    for k, g1 in enumerate(geoms):
+        for g2 in geoms[k + 1 :]:
+            b1, b2 = int(mjm.geom_bodyid[g1]), int(mjm.geom_bodyid[g2])
+            w1, w2 = weld[b1], weld[b2]
+            if w1 == w2 or (filter_parent and w1 and w2 and (w1 == parent[w2] or w2 == parent[w1])):
+                continue
+            if ((min(b1, b2) << 16) + max(b1, b2)) in excluded:
+                continue
+            if (mjm.geom_contype[g1] & mjm.geom_conaffinity[g2]) or (mjm.geom_contype[g2] & mjm.geom_conaffinity[g1]):
+                count += 1
+    return count
+
+
 def _unsupported(mjm) -> list[str]:
-    """What the file holds that the tree does not model, each as a phrase."""
+    """What the file holds that the tree does not model, each as a phrase (what its
+    `<option>` flags switch off is not there to model)."""
     import mujoco
 
     found = []
-    contact_on = not mjm.opt.disableflags & int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
-    colliding = np.flatnonzero((mjm.geom_contype != 0) | (mjm.geom_conaffinity != 0))
-    if contact_on and len(np.unique(mjm.geom_bodyid[colliding])) > 1:
-        found.append(f"contacts ({len(colliding)} geoms can collide)")
+    constraints_on = not _disabled(mjm, "CONSTRAINT")
+    pairs = _colliding_pairs(mjm) if constraints_on and not _disabled(mjm, "CONTACT") else 0
+    if pairs:
+        found.append(f"contacts ({pairs} geom pairs can collide)")
     limited = [_name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint") for j in np.flatnonzero(mjm.jnt_limited)]
-    if limited:
+    if limited and constraints_on and not _disabled(mjm, "LIMIT"):
         found.append(f"joint limits ({', '.join(limited)})")
-    if np.any(mjm.dof_frictionloss):
+    if np.any(mjm.dof_frictionloss) and constraints_on and not _disabled(mjm, "FRICTIONLOSS"):
         found.append("joint friction loss")
     if mjm.ntendon:
         found.append(f"{mjm.ntendon} tendon(s)")
-    if np.any(mjm.body_gravcomp):
+    if np.any(mjm.body_gravcomp) and not _disabled(mjm, "GRAVITY"):
         found.append("gravity compensation")
     if np.any(mjm.dof_dampingpoly) or np.any(mjm.jnt_stiffnesspoly):
         found.append("polynomial damping or stiffness")
     if mjm.opt.density or mjm.opt.viscosity or np.any(mjm.opt.wind):
         found.append("fluid forces (density, viscosity, wind)")
-    soft = [
-        i
-        for i in range(mjm.neq)
-        if not np.allclose(mjm.eq_solref[i], _DEFAULT_SOLREF)
-        or not np.allclose(mjm.eq_solimp[i], _DEFAULT_SOLIMP)
-    ]
-    if soft:
-        found.append(f"solref/solimp of {len(soft)} equality constraint(s) (imposed exactly here)")
-    inactive = [i for i in range(mjm.neq) if not mjm.eq_active0[i]]
-    if inactive:
-        found.append(f"{len(inactive)} inactive equality constraint(s) (left out)")
+    if _equalities_on(mjm):
+        soft = [
+            i
+            for i in range(mjm.neq)
+            if not np.allclose(mjm.eq_solref[i], _DEFAULT_SOLREF)
+            or not np.allclose(mjm.eq_solimp[i], _DEFAULT_SOLIMP)
+        ]
+        if soft:
+            found.append(f"solref/solimp of {len(soft)} equality constraint(s) (imposed exactly here)")
+        inactive = [i for i in range(mjm.neq) if not mjm.eq_active0[i]]
+        if inactive:
+            found.append(f"{len(inactive)} inactive equality constraint(s) (left out)")
+    if not _disabled(mjm, "ACTUATION"):
+        clamped = [
+            _name(mjm, mujoco.mjtObj.mjOBJ_ACTUATOR, a, "actuator")
+            for a in range(mjm.nu)
+            if (mjm.actuator_ctrllimited[a] and not _disabled(mjm, "CLAMPCTRL")) or mjm.actuator_forcelimited[a]
+        ]
+        if clamped:
+            found.append(f"ctrlrange/forcerange clamps of {', '.join(clamped)} (apply them in the control law)")
+        joints = [_name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint") for j in np.flatnonzero(mjm.jnt_actfrclimited)]
+        if joints:
+            found.append(f"actuatorfrcrange clamps of {', '.join(joints)}")
     return found
+
+
+def _equalities_on(mjm) -> bool:
+    return not _disabled(mjm, "EQUALITY", "CONSTRAINT")
 
 
 def _actuation(mjm, notes: list[str]) -> np.ndarray | None:
@@ -86,6 +132,8 @@ def _actuation(mjm, notes: list[str]) -> np.ndarray | None:
     if not mjm.nu:
         return None
     B = np.zeros((mjm.nv, mjm.nu))
+    if _disabled(mjm, "ACTUATION"):  # MuJoCo applies no actuator force at all
+        return B
     others = []
     for a in range(mjm.nu):
         motor = (
@@ -114,7 +162,7 @@ def _constraints(mjm, tree: RigidBodyTree) -> tuple:
         return "world" if i == 0 else tree.body_names[i - 1]
 
     out = []
-    for i in range(mjm.neq):
+    for i in range(mjm.neq if _equalities_on(mjm) else 0):
         if not mjm.eq_active0[i]:
             continue
         kind, data = mujoco.mjtEq(int(mjm.eq_type[i])), mjm.eq_data[i]
@@ -186,10 +234,10 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
         inertias=np.stack([R @ np.diag(mjm.body_inertia[b]) @ R.T for R, b in zip(inertial, bodies)]),
         reference=mjm.qpos0,
         armature=mjm.dof_armature,
-        damping=mjm.dof_damping,
-        stiffness=mjm.jnt_stiffness[joint_order],
+        damping=0 * mjm.dof_damping if _disabled(mjm, "DAMPER") else mjm.dof_damping,
+        stiffness=(0 if _disabled(mjm, "SPRING") else 1) * mjm.jnt_stiffness[joint_order],
         spring_reference=mjm.qpos_spring,
-        gravity=mjm.opt.gravity,
+        gravity=0 * mjm.opt.gravity if _disabled(mjm, "GRAVITY") else mjm.opt.gravity,
         body_names=names[mujoco.mjtObj.mjOBJ_BODY][1:],
         joint_names=[names[mujoco.mjtObj.mjOBJ_JOINT][j] for j in joint_order],
         sites={
