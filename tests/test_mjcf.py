@@ -535,3 +535,30 @@ def test_option_flags_are_honoured(flag):
     message = " ".join(str(w.message) for w in caught)
     assert ("contacts" in message) == (d.ncon > 0) == (flag == "filterparent")
     assert ("ctrlrange/forcerange clamps of m" in message) == (flag != "actuation")
+
+
+def test_start_projected_onto_the_files_equalities():
+    """`polycoef[0] ≠ 0`: `qpos0` violates the joint equality by 0.1; the start is projected
+    (and the move reported) instead of simulated as it is."""
+    xml = FLAGS.format(flags="").replace('polycoef="0 0.5', 'polycoef="0.1 0.5')
+    with pytest.warns(UserWarning, match="violates its equality constraints by 1.00e-01; it was projected"):
+        model = models.from_mjcf(xml)
+    csys = ukjax.ConstrainedSystem(model.system, model.constraints)
+    np.testing.assert_allclose(csys.violation(0.0, model.q0, model.qd0)[0], 0.0, atol=1e-12)
+    assert float(jnp.linalg.norm(model.q0)) == pytest.approx(0.1 / np.sqrt(1.25), rel=1e-9)  # the nearest point
+
+
+def test_sites_on_the_world_body():
+    """A `connect` to a site on the world body (the benchmark's coordinated robots have one)."""
+    xml = """<mujoco><worldbody><site name="anchor" pos="0.5 0 0.2"/>
+      <body name="a"><joint name="h1" axis="0 1 0"/><geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.02"/>
+        <body name="b" pos="0.3 0 0"><joint name="h2" axis="0 1 0"/>
+          <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.02"/><site name="tip" pos="0.3 0 0"/></body></body>
+      </worldbody><equality><connect site1="tip" site2="anchor"/></equality></mujoco>"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the start is projected onto the loop
+        model = models.from_mjcf(xml)
+    q = jnp.array([0.4, -0.9])
+    _, d, _ = _mujoco_state(xml, np.asarray(q), np.zeros(2))
+    np.testing.assert_allclose(model.system.site_position(q, "anchor"), d.site_xpos[0], atol=1e-14)
+    np.testing.assert_allclose(model.constraints[0].residual(model.system, 0.0, q), d.efc_pos[:3], atol=1e-12)

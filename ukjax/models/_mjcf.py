@@ -6,6 +6,7 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 
+from .._systems import ConstrainedSystem
 from ._scara import Model
 from ._tree import Connect, JointCoupling, RigidBodyTree, Weld
 
@@ -213,11 +214,6 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
             (mujoco.mjtObj.mjOBJ_SITE, "site", mjm.nsite),
         )
     }
-    if any(mjm.site_bodyid == 0):
-        world_sites = [names[mujoco.mjtObj.mjOBJ_SITE][s] for s in np.flatnonzero(mjm.site_bodyid == 0)]
-        raise ValueError(
-            f"Sites on the world body ({', '.join(world_sites)}) are not supported; put them on a body."
-        )
     inertial = [_rotation(mjm.body_iquat[b]) for b in bodies]
     tree = RigidBodyTree(
         parents=[int(mjm.body_parentid[b]) - 1 for b in bodies],
@@ -264,14 +260,29 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
         if not 0 <= index < mjm.nkey:
             raise KeyError(f"No keyframe {keyframe!r}; the model has {mjm.nkey}.")
         q0, qd0 = mjm.key_qpos[index], mjm.key_qvel[index]
-    return Model(
-        tree,
-        constraints,
-        jnp.asarray(q0, float),
-        jnp.asarray(qd0, float),
-        (),
-        None if actuation is None else jnp.asarray(actuation),
+    q0, qd0 = _consistent_start(tree, constraints, jnp.asarray(q0, float), jnp.asarray(qd0, float), kind)
+    return Model(tree, constraints, q0, qd0, (), None if actuation is None else jnp.asarray(actuation))
+
+
+def _consistent_start(tree, constraints, q0, qd0, kind: str):
+    """The file's start, projected onto its equalities where it violates them (a URDF
+    `mimic` offset, `polycoef[0] ≠ 0`, sites that do not meet at `qpos0`), with a warning
+    that says by how much it was moved."""
+    if not constraints:
+        return q0, qd0
+    system = ConstrainedSystem(tree, constraints)
+    phi, phid = system.violation(0.0, q0, qd0)
+    off = float(jnp.max(jnp.abs(jnp.concatenate([phi, phid]))))
+    if off <= 1e-10:
+        return q0, qd0
+    q, qd = system.project(0.0, q0, qd0)
+    warnings.warn(
+        f"The {kind} model's start (keyframe or qpos0) violates its equality constraints by {off:.2e}; "
+        f"it was projected onto them: q moved by {float(jnp.linalg.norm(q - q0)):.2e}, q̇ by "
+        f"{float(jnp.linalg.norm(qd - qd0)):.2e}.",
+        stacklevel=4,
     )
+    return q, qd
 
 
 def from_mjcf(source: str | os.PathLike, *, keyframe: str | int | None = None) -> Model:

@@ -97,7 +97,8 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
       (default zero; `spring_reference` defaults to `reference`).
     - `gravity`: shape (3,), default `(0, 0, −9.81)`.
     - `body_names`, `joint_names`: names for lookups (default `body0…`, `joint0…`).
-    - `sites`: `{name: (body index, position in the body frame)}` for named points.
+    - `sites`: `{name: (body index, position in the body frame)}` for named points (body
+      index −1: a point fixed in the world).
     """
 
     parents: tuple[int, ...] = eqx.field(static=True)
@@ -357,9 +358,11 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         return p + R @ as_inexact(point)
 
     def site(self, name: str) -> tuple[str, Float[Array, " 3"]]:
-        """The body the site `name` is fixed to, and its position in that body's frame."""
+        """The body the site `name` is fixed to (`"world"` for a fixed site), and its position in
+        that body's frame."""
         index = self._index(self.site_names, name, "site")
-        return self.body_names[self.site_bodies[index]], self.site_positions[index]
+        body = self.site_bodies[index]
+        return "world" if body < 0 else self.body_names[body], self.site_positions[index]
 
     def site_position(self, q: Float[Array, " n"], site: str) -> Float[Array, " 3"]:
         """The world position of the site `site`."""
