@@ -442,27 +442,21 @@ def test_gradient_reaches_imported_parameters():
     assert float(jnp.max(jnp.abs(grad))) > 1e-3
 
 
-def test_simulate_command(tmp_path, capsys):
+def test_simulate_command(tmp_path, capfd):
+    """With its progress meter on (a pipe here: a line per tenth of the run, no carriage
+    returns), and a clear error for a bad keyframe instead of a traceback."""
     out = tmp_path / "fourbar.png"
-    main(
-        [
-            "simulate",
-            str(EXAMPLES / "fourbar.xml"),
-            "--keyframe",
-            "swinging",
-            "--t1",
-            "1",
-            "--saves",
-            "21",
-            "--quiet",
-            "--out",
-            str(out),
-        ]
-    )
-    text = capsys.readouterr().out
+    args = ["simulate", str(EXAMPLES / "fourbar.xml"), "--t1", "1", "--saves", "21", "--out", str(out)]
+    main(args + ["--keyframe", "swinging"])
+    text, err = capfd.readouterr()
     assert "3 bodies, 3 joints, 1 constraints (3 rows)" in text and "status SUCCESS" in text
     assert float(re.search(r"max constraint violation (\S+)", text).group(1)) < 1e-9
     assert out.stat().st_size > 10_000
+    assert "\r" not in text + err and "100.00%" in text and text.count("%\n") <= 12
+    with pytest.raises(SystemExit) as exit_:
+        main(args + ["--keyframe", "flying"])
+    assert exit_.value.code == 2
+    assert "ukjax simulate: error: No keyframe 'flying'" in capfd.readouterr().err
 
 
 def test_constraints_read_the_tree_they_constrain():

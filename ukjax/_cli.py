@@ -1,13 +1,23 @@
 """The `ukjax` command line: simulations and benchmarks of the seeds' mechanisms."""
 
 import argparse
+import sys
 import time
 
 import jax
 
 
-def _scara(args: argparse.Namespace) -> None:
+def _meter(quiet: bool):
+    """A live bar where a person watches a terminal; in a pipe or log, a line per tenth of the
+    run (tqdm's carriage returns would fill a log with hundreds of updates)."""
     import diffrax
+
+    if quiet:
+        return diffrax.NoProgressMeter()
+    return diffrax.TqdmProgressMeter() if sys.stderr.isatty() else diffrax.TextProgressMeter(minimum_increase=0.1)
+
+
+def _scara(args: argparse.Namespace) -> None:
     import jax.numpy as jnp
     import matplotlib
 
@@ -22,7 +32,7 @@ def _scara(args: argparse.Namespace) -> None:
     ts = jnp.linspace(0.0, args.t1, args.saves)
     gains = ukjax.Baumgarte(args.alpha, args.beta)
     runs = {"no stabilization": None, f"Baumgarte α={args.alpha:g}, β={args.beta:g}": gains}
-    meter = diffrax.NoProgressMeter() if args.quiet else diffrax.TqdmProgressMeter()
+    meter = _meter(args.quiet)
     solutions = {}
     print(
         f"SCARA arm of seed 001 following eq. 47 for {args.t1:g} s (float64, Tsit5, rtol=atol={args.tol:g})"
@@ -110,7 +120,6 @@ def _scara(args: argparse.Namespace) -> None:
 
 
 def _coordinated(args: argparse.Namespace) -> None:
-    import diffrax
     import equinox as eqx
     import jax.numpy as jnp
     import matplotlib
@@ -124,7 +133,7 @@ def _coordinated(args: argparse.Namespace) -> None:
     model = coordinated_robots()
     passive = ukjax.ConstrainedSystem(model.system, model.constraints)
     ts = jnp.linspace(0.0, args.t1, args.saves)
-    meter = diffrax.NoProgressMeter() if args.quiet else diffrax.TqdmProgressMeter()
+    meter = _meter(args.quiet)
     a = args.seed_gain
     controllers = {
         "exact (constrained input map)": ukjax.ServoControl(passive, model.servo, model.actuation),
@@ -263,7 +272,6 @@ def _fit(args: argparse.Namespace) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> None:
-    import diffrax
     import jax.numpy as jnp
     import matplotlib
 
@@ -285,7 +293,7 @@ def _simulate(args: argparse.Namespace) -> None:
         f"constraints ({rows} rows); t ∈ [0, {args.t1:g}] s, Tsit5, rtol=atol={args.tol:g}"
     )
     ts = jnp.linspace(0.0, args.t1, args.saves)
-    meter = diffrax.NoProgressMeter() if args.quiet else diffrax.TqdmProgressMeter()
+    meter = _meter(args.quiet)
     start = time.perf_counter()
     sol = jax.block_until_ready(
         ukjax.simulate(
@@ -382,7 +390,12 @@ def main(argv: list[str] | None = None) -> None:
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     jax.config.update("jax_enable_x64", True)
-    args.run(args)
+    try:
+        args.run(args)
+    except (FileNotFoundError, KeyError, ValueError) as error:
+        # a bad file, keyframe or option: say what, without a traceback
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        parser.exit(2, f"ukjax {args.command}: error: {message}\n")
 
 
 if __name__ == "__main__":
