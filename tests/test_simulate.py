@@ -199,6 +199,11 @@ def test_failure_statuses():
         ukjax.simulate(csys, jnp.zeros(2), jnp.zeros(3), 0.0, 1.0)
     with pytest.raises(ValueError, match="mass matrix has shape"):
         ukjax.simulate(csys, jnp.zeros(3), jnp.zeros(3), 0.0, 1.0)
+    # plain lists of integers, as the README writes them (were refused as not floating-point)
+    listed = ukjax.simulate(csys, [1, 0], [0, 0], 0, 1)
+    np.testing.assert_array_equal(listed.q, ukjax.simulate(csys, jnp.array([1.0, 0.0]), jnp.zeros(2), 0.0, 1.0).q)
+    with pytest.raises(TypeError, match="real numbers"):
+        ukjax.simulate(csys, jnp.array([1j, 0]), jnp.zeros(2), 0.0, 1.0)
 
 
 def test_fixed_step_and_stiff_solver_agree_with_default():

@@ -13,6 +13,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float, Int, Real
 
+from ._constraints import as_inexact
 from ._core import sqrt_eps
 from ._systems import AbstractSystem
 
@@ -207,8 +208,9 @@ def simulate(
     if not isinstance(system, AbstractSystem):
         raise TypeError(f"system must be a ukjax system, got {type(system).__name__}.")
     q0 = jnp.asarray(q0)
-    if not jnp.issubdtype(q0.dtype, jnp.floating):
-        raise TypeError(f"q0 must be a floating-point array, got dtype {q0.dtype}.")
+    if not (jnp.issubdtype(q0.dtype, jnp.floating) or jnp.issubdtype(q0.dtype, jnp.integer)):
+        raise TypeError(f"q0 must be real numbers, got dtype {q0.dtype}.")
+    q0 = as_inexact(q0)  # lists of integers are promoted, as NumPy would
     qd0 = jnp.asarray(qd0, dtype=q0.dtype)
     if q0.ndim != 1 or q0.shape != qd0.shape:
         raise ValueError(
