@@ -30,6 +30,20 @@ def _compile(source: str | os.PathLike, kind: str):
         raise ValueError(f"MuJoCo could not compile {where} ({kind}): {error}") from None
 
 
+# mjtJoint: free, ball, slide, hinge
+_KINDS = {0: "free", 1: "ball", 2: "slide", 3: "hinge"}
+
+
+def _coordinate_stiffness(mjm) -> np.ndarray:
+    """Joint stiffness per coordinate (`nq`): hinges and slides; quaternions get none (their
+    springs are named in the warning)."""
+    out = np.zeros(mjm.nq)
+    for j in range(mjm.njnt):
+        if _KINDS[int(mjm.jnt_type[j])] in ("hinge", "slide"):
+            out[mjm.jnt_qposadr[j]] = mjm.jnt_stiffness[j]
+    return out
+
+
 def _name(mjm, objtype, index: int, fallback: str) -> str:
     import mujoco
 
@@ -92,6 +106,13 @@ def _unsupported(mjm) -> list[str]:
         found.append(f"{mjm.ntendon} tendon(s)")
     if np.any(mjm.body_gravcomp) and not _disabled(mjm, "GRAVITY"):
         found.append("gravity compensation")
+    sprung = [
+        _name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint")
+        for j in range(mjm.njnt)
+        if mjm.jnt_stiffness[j] and _KINDS[int(mjm.jnt_type[j])] in ("ball", "free")
+    ]
+    if sprung and not _disabled(mjm, "SPRING"):
+        found.append(f"stiffness of ball and free joints ({', '.join(sprung)})")
     if np.any(mjm.dof_dampingpoly) or np.any(mjm.jnt_stiffnesspoly):
         found.append("polynomial damping or stiffness")
     if mjm.opt.density or mjm.opt.viscosity or np.any(mjm.opt.wind):
@@ -195,13 +216,6 @@ def _constraints(mjm, tree: RigidBodyTree) -> tuple:
 def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
     import mujoco
 
-    for j in range(mjm.njnt):
-        if mjm.jnt_type[j] not in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)):
-            name = _name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint")
-            raise ValueError(
-                f"Joint {name!r} is a {mujoco.mjtJoint(int(mjm.jnt_type[j])).name[6:].lower()} joint; ukjax's "
-                f"RigidBodyTree supports hinge and slide joints only (write a ball joint as three hinges)."
-            )
     if mjm.njnt == 0:
         raise ValueError(f"The {kind} model has no joints: nothing in it moves.")
     bodies = range(1, mjm.nbody)
@@ -218,9 +232,7 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
     tree = RigidBodyTree(
         parents=[int(mjm.body_parentid[b]) - 1 for b in bodies],
         joint_bodies=[int(mjm.jnt_bodyid[j]) - 1 for j in joint_order],
-        joint_kinds=[
-            "hinge" if mjm.jnt_type[j] == int(mujoco.mjtJoint.mjJNT_HINGE) else "slide" for j in joint_order
-        ],
+        joint_kinds=[_KINDS[int(mjm.jnt_type[j])] for j in joint_order],
         body_positions=mjm.body_pos[1:],
         body_rotations=np.stack([_rotation(mjm.body_quat[b]) for b in bodies]),
         joint_axes=mjm.jnt_axis[joint_order],
@@ -231,7 +243,7 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
         reference=mjm.qpos0,
         armature=mjm.dof_armature,
         damping=0 * mjm.dof_damping if _disabled(mjm, "DAMPER") else mjm.dof_damping,
-        stiffness=(0 if _disabled(mjm, "SPRING") else 1) * mjm.jnt_stiffness[joint_order],
+        stiffness=(0 if _disabled(mjm, "SPRING") else 1) * _coordinate_stiffness(mjm),
         spring_reference=mjm.qpos_spring,
         gravity=0 * mjm.opt.gravity if _disabled(mjm, "GRAVITY") else mjm.opt.gravity,
         body_names=names[mujoco.mjtObj.mjOBJ_BODY][1:],
@@ -250,7 +262,7 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
             stacklevel=3,
         )
     if keyframe is None:
-        q0, qd0 = mjm.qpos0, np.zeros(mjm.nv)
+        q0, qvel0 = mjm.qpos0, np.zeros(mjm.nv)
     else:
         index = (
             keyframe
@@ -259,8 +271,9 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
         )
         if not 0 <= index < mjm.nkey:
             raise KeyError(f"No keyframe {keyframe!r}; the model has {mjm.nkey}.")
-        q0, qd0 = mjm.key_qpos[index], mjm.key_qvel[index]
-    q0, qd0 = _consistent_start(tree, constraints, jnp.asarray(q0, float), jnp.asarray(qd0, float), kind)
+        q0, qvel0 = mjm.key_qpos[index], mjm.key_qvel[index]
+    q0, qd0 = tree.state_from_mujoco(jnp.asarray(q0, float), jnp.asarray(qvel0, float))
+    q0, qd0 = _consistent_start(tree, constraints, q0, qd0, kind)
     return Model(tree, constraints, q0, qd0, (), None if actuation is None else jnp.asarray(actuation))
 
 
@@ -276,9 +289,18 @@ def _consistent_start(tree, constraints, q0, qd0, kind: str):
     if off <= 1e-10:
         return q0, qd0
     q, qd = system.project(0.0, q0, qd0)
+    phi, phid = system.violation(0.0, q, qd)
+    left = float(jnp.max(jnp.abs(jnp.concatenate([phi, phid]))))
+    message = f"The {kind} model's start (keyframe or qpos0) violates its equality constraints by {off:.2e}; "
+    if not left <= 1e-10:  # NaN included
+        warnings.warn(
+            message + f"projecting it did not converge (still {left:.2e} off), so it is kept as it is: "
+            "start from a keyframe that closes the loops, or project a start yourself (ConstrainedSystem.project).",
+            stacklevel=4,
+        )
+        return q0, qd0
     warnings.warn(
-        f"The {kind} model's start (keyframe or qpos0) violates its equality constraints by {off:.2e}; "
-        f"it was projected onto them: q moved by {float(jnp.linalg.norm(q - q0)):.2e}, q̇ by "
+        message + f"it was projected onto them: q moved by {float(jnp.linalg.norm(q - q0)):.2e}, q̇ by "
         f"{float(jnp.linalg.norm(qd - qd0)):.2e}.",
         stacklevel=4,
     )
@@ -288,7 +310,8 @@ def _consistent_start(tree, constraints, q0, qd0, kind: str):
 def from_mjcf(source: str | os.PathLike, *, keyframe: str | int | None = None) -> Model:
     """A mechanism from an MJCF model (compiled by MuJoCo, `mujoco` package).
 
-    The body tree becomes a [`ukjax.models.RigidBodyTree`][] (hinge and slide joints; masses,
+    The body tree becomes a [`ukjax.models.RigidBodyTree`][] (hinge, slide, ball and free
+    joints, quaternions kept as MuJoCo writes them; masses,
     inertial frames, armature, damping, springs, gravity), the file's `connect`, `weld` and
     `joint` equalities become exact constraints ([`ukjax.models.Connect`][],
     [`ukjax.models.Weld`][], [`ukjax.models.JointCoupling`][]) and its joint motors the

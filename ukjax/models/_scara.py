@@ -5,7 +5,7 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._constraints import AbstractConstraint, AbstractHolonomic, as_inexact
 from .._systems import AbstractSystem, AbstractUnconstrainedSystem
@@ -31,6 +31,29 @@ class Model(NamedTuple):
     qd0: Float[Array, " n"]
     servo: tuple[AbstractConstraint, ...] = ()
     actuation: Float[Array, "n m"] | None = None
+
+    def state_from_mujoco(self, qpos: Float[ArrayLike, " n"], qvel: Float[ArrayLike, " v"]):
+        """`(q, q̇)` from MuJoCo's `(qpos, qvel)` (a keyframe, a logged state): quaternion
+        rates from angular velocities for an imported tree, the identity otherwise.
+
+        **Returns:**
+
+        `(q, qd)`.
+        """
+        if hasattr(self.system, "state_from_mujoco"):
+            return self.system.state_from_mujoco(qpos, qvel)
+        return jnp.asarray(qpos), jnp.asarray(qvel)
+
+    def state_to_mujoco(self, q: Float[ArrayLike, " n"], qd: Float[ArrayLike, " n"]):
+        """MuJoCo's `(qpos, qvel)` from `(q, q̇)`, the inverse of `state_from_mujoco`.
+
+        **Returns:**
+
+        `(qpos, qvel)`.
+        """
+        if hasattr(self.system, "state_to_mujoco"):
+            return self.system.state_to_mujoco(q, qd)
+        return jnp.asarray(q), jnp.asarray(qd)
 
 
 class ScaraArm(AbstractUnconstrainedSystem):

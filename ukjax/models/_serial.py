@@ -248,3 +248,7 @@ class LogCholeskyChain(AbstractUnconstrainedSystem):
 
     def forces(self, t, q, qd):
         return self.physical().forces(t, q, qd)
+
+    def dynamics(self, t, q, qd):
+        # the chain's own constraint rows (a tree's quaternion norms) come with it
+        return self.physical().dynamics(t, q, qd)

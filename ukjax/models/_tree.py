@@ -1,5 +1,12 @@
-"""Spatial rigid-body trees of hinge and slide joints: the composite-rigid-body algorithm for `M`
-and recursive Newton–Euler for the bias forces, in world-frame spatial vectors."""
+"""Spatial rigid-body trees of hinge, slide, ball and free joints: the composite-rigid-body
+algorithm for `M` and recursive Newton–Euler for the bias forces, in world-frame spatial vectors.
+
+Ball and free joints keep MuJoCo's unit quaternion `u = (w, x, y, z)` as four coordinates (the
+U-K-native route): the body's angular velocity is `ω = 2 E(u) u̇` in its own frame, the
+rotational mass block `4 EᵀJE` is singular along `u`, and `uᵀu = 1` is a constraint row of
+the tree itself. The acceleration is that of the auxiliary system `M + γAᵀA`, `Q + γAᵀb`
+over the norm rows (Udwadia & Phohomsiri 2006: the same motion wherever `[M; A]` has full
+column rank), so no special solver is needed."""
 
 from collections.abc import Callable, Sequence
 
@@ -10,7 +17,14 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .._constraints import AbstractSystemConstraint, ConstraintRows, as_inexact, holonomic_rows
-from .._systems import AbstractUnconstrainedSystem
+from .._systems import AbstractUnconstrainedSystem, ConstraintLevel, Dynamics, check_dynamics_shapes
+
+# Coordinates and velocities of each joint kind (MuJoCo's nq and nv per joint).
+_SIZES = {"hinge": (1, 1), "slide": (1, 1), "ball": (4, 3), "free": (7, 6)}
+# Critically damped Baumgarte gains [1/s, 1/s²] of the quaternions' norm rows: the norm does
+# not enter the motion (rotations use u/‖u‖), so holding it costs no accuracy, and a rate of
+# 10/s stays far inside any explicit solver's stability region at mechanical step sizes.
+_NORM_GAINS = (20.0, 100.0)
 
 # Spatial vectors are pairs (angular, linear) of 3-vectors at the world origin: a twist
 # (ω, v) has v the velocity of the body-fixed point at the origin, a wrench (n, f) has n the
@@ -45,8 +59,10 @@ def _add(X, Y):
     return X[0] + Y[0], X[1] + Y[1]
 
 
-def _scale(S, s):
-    return S[0] * s, S[1] * s
+def _twist_sum(twists, rates):
+    """`Σₖ Sₖ q̇ₖ` as an (angular, linear) pair, for rows `Sₖ` of `twists`."""
+    total = sum((S * rate for S, rate in zip(twists, rates)), start=jnp.zeros(6, twists[0].dtype))
+    return total[:3], total[3:]
 
 
 def _axis_angle(axis, angle):
@@ -56,13 +72,34 @@ def _axis_angle(axis, angle):
     return jnp.eye(3, dtype=axis.dtype) + jnp.sin(angle) * K + (1 - jnp.cos(angle)) * (K @ K)
 
 
+def _quaternion_matrix(u: Float[Array, " 4"]) -> Float[Array, "3 3"]:
+    """The rotation of the unit quaternion `u/‖u‖`, `u = (w, x, y, z)`."""
+    w, x, y, z = u / jnp.sqrt(u @ u)
+    return jnp.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def _rate_map(u: Float[Array, " 4"]) -> Float[Array, "3 4"]:
+    """`E(u)` with `ω = 2 E(u) u̇` the angular velocity in the rotated (body) frame; `E(u) u = 0`,
+    `E Eᵀ = I` for a unit `u`, and `E(u̇) u̇ = 0`, so that `ω̇ = 2 E(u) ü`."""
+    w, x, y, z = u
+    return jnp.array([[-x, w, z, -y], [-y, -z, w, x], [-z, y, -x, w]])
+
+
 class Kinematics(eqx.Module):
     """Forward kinematics of a [`ukjax.models.RigidBodyTree`][] at one configuration.
 
     **Attributes:**
 
     - `rotations`, `positions`: each body's frame in the world, shapes (b, 3, 3) and (b, 3).
-    - `twists`: each joint's unit twist `(ω, v)` in the world frame, shape (n, 6).
+    - `twists`: each coordinate's twist `(ω, v)` in the world frame, shape (n, 6): the body
+      motion per unit rate of that coordinate (for a quaternion coordinate `k`, the body's
+      rotational twists combined by column `k` of `2 E(u)`).
     """
 
     rotations: Float[Array, "b 3 3"]
@@ -71,8 +108,12 @@ class Kinematics(eqx.Module):
 
 
 class RigidBodyTree(AbstractUnconstrainedSystem):
-    """A spatial tree of rigid bodies joined by hinge and slide joints, in MuJoCo's conventions
-    (one or more joints per body, applied in order; coordinates measured from `reference`).
+    """A spatial tree of rigid bodies joined by hinge, slide, ball and free joints, in MuJoCo's
+    conventions (one or more joints per body, applied in order; hinge and slide coordinates
+    measured from `reference`). A ball joint has MuJoCo's four quaternion coordinates (the
+    rotation relative to the body frame, about the joint's anchor), a free joint seven (the
+    body's world position, then its world orientation); velocities in MuJoCo's terms (`qvel`:
+    angular velocities in the body frame) are `velocity_map(q) @ q̇`.
 
     `M` by the composite-rigid-body algorithm plus the joints' armature, and `Q = −(C q̇ + G)`
     by recursive Newton–Euler, minus joint damping `d q̇` and springs `k (q − q_spring)`. Every
@@ -85,16 +126,20 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
     - `parents`: each body's parent body index, `-1` for the world; parents come first.
     - `joint_bodies`: the body each joint moves, in coordinate order (grouped by body, in body
       order).
-    - `joint_kinds`: `"hinge"` or `"slide"` per joint.
+    - `joint_kinds`: `"hinge"`, `"slide"`, `"ball"` or `"free"` per joint (a free joint alone
+      on a body hung from the world).
     - `body_positions`, `body_rotations`: each body's frame in its parent's at `q = reference`
       before its joints move it, shapes (b, 3) and (b, 3, 3).
     - `joint_axes`, `joint_anchors`: each joint's axis and a point on it, in its body's frame,
       shapes (n, 3).
     - `masses` (b,), `coms` (b, 3) in the body frame, `inertias` (b, 3, 3) about the centre of
       mass in the body's axes.
-    - `reference`: the configuration at which the body frames are given, shape (n,).
-    - `armature`, `damping`, `stiffness`, `spring_reference`: per joint, shape (n,)
-      (default zero; `spring_reference` defaults to `reference`).
+    - `reference`: the configuration at which the body frames are given, shape (n,) (one entry
+      per coordinate; read for hinges and slides only).
+    - `armature`, `damping`: per degree of freedom (MuJoCo's `nv`: three for a ball joint, six
+      for a free one), default zero.
+    - `stiffness`, `spring_reference`: per coordinate, shape (n,) (default zero and
+      `reference`; springs act on hinges and slides).
     - `gravity`: shape (3,), default `(0, 0, −9.81)`.
     - `body_names`, `joint_names`: names for lookups (default `body0…`, `joint0…`).
     - `sites`: `{name: (body index, position in the body frame)}` for named points (body
@@ -108,6 +153,11 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
     joint_names: tuple[str, ...] = eqx.field(static=True)
     site_names: tuple[str, ...] = eqx.field(static=True)
     site_bodies: tuple[int, ...] = eqx.field(static=True)
+    # first coordinate and first degree of freedom of each joint, and their totals
+    joint_coordinates: tuple[int, ...] = eqx.field(static=True)
+    joint_dofs: tuple[int, ...] = eqx.field(static=True)
+    num_coordinates: int = eqx.field(static=True)
+    num_velocities: int = eqx.field(static=True)
     body_positions: Float[Array, "b 3"]
     body_rotations: Float[Array, "b 3 3"]
     joint_axes: Float[Array, "n 3"]
@@ -116,8 +166,8 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
     coms: Float[Array, "b 3"]
     inertias: Float[Array, "b 3 3"]
     reference: Float[Array, " n"]
-    armature: Float[Array, " n"]
-    damping: Float[Array, " n"]
+    armature: Float[Array, " v"]
+    damping: Float[Array, " v"]
     stiffness: Float[Array, " n"]
     spring_reference: Float[Array, " n"]
     gravity: Float[Array, " 3"]
@@ -137,8 +187,8 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         inertias: Float[ArrayLike, "b 3 3"],
         *,
         reference: Float[ArrayLike, " n"] | None = None,
-        armature: Float[ArrayLike, " n"] | None = None,
-        damping: Float[ArrayLike, " n"] | None = None,
+        armature: Float[ArrayLike, " v"] | None = None,
+        damping: Float[ArrayLike, " v"] | None = None,
         stiffness: Float[ArrayLike, " n"] | None = None,
         spring_reference: Float[ArrayLike, " n"] | None = None,
         gravity: Float[ArrayLike, " 3"] = (0.0, 0.0, -9.81),
@@ -146,7 +196,7 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         joint_names: Sequence[str] | None = None,
         sites: dict[str, tuple[int, Float[ArrayLike, " 3"]]] | None = None,
     ):
-        b, n = len(parents), len(joint_bodies)
+        b, joints = len(parents), len(joint_bodies)
         self.parents = tuple(int(p) for p in parents)
         self.joint_bodies = tuple(int(j) for j in joint_bodies)
         self.joint_kinds = tuple(joint_kinds)
@@ -160,13 +210,24 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
             raise ValueError(
                 f"joint_bodies must be body indices in body order; got {self.joint_bodies} for {b} bodies."
             )
-        if len(self.joint_kinds) != n or set(self.joint_kinds) - {"hinge", "slide"}:
+        if len(self.joint_kinds) != joints or set(self.joint_kinds) - set(_SIZES):
             raise ValueError(
-                f"joint_kinds must give 'hinge' or 'slide' for each of the {n} joints; got {self.joint_kinds}."
+                f"joint_kinds must give one of {list(_SIZES)} for each of the {joints} joints; got "
+                f"{self.joint_kinds}."
             )
+        for body, kind in zip(self.joint_bodies, self.joint_kinds):
+            if kind == "free" and (self.parents[body] != -1 or self.joint_bodies.count(body) != 1):
+                raise ValueError(
+                    f"A free joint must be the only joint of a body hung from the world (body {body})."
+                )
+        sizes = [_SIZES[kind] for kind in self.joint_kinds]
+        self.joint_coordinates = tuple(int(x) for x in np.cumsum([0] + [c for c, _ in sizes])[:-1])
+        self.joint_dofs = tuple(int(x) for x in np.cumsum([0] + [d for _, d in sizes])[:-1])
+        n = self.num_coordinates = sum(c for c, _ in sizes)
+        v = self.num_velocities = sum(d for _, d in sizes)
         self.body_names = tuple(body_names) if body_names is not None else tuple(f"body{i}" for i in range(b))
         self.joint_names = (
-            tuple(joint_names) if joint_names is not None else tuple(f"joint{i}" for i in range(n))
+            tuple(joint_names) if joint_names is not None else tuple(f"joint{i}" for i in range(joints))
         )
         sites = {} if sites is None else sites
         self.site_names = tuple(sites)
@@ -178,31 +239,31 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         self.body_rotations = as_inexact(body_rotations)
         axes = as_inexact(joint_axes)
         norms = jnp.linalg.norm(axes, axis=-1, keepdims=True)
-        if axes.shape == (n, 3) and not isinstance(norms, jax.core.Tracer) and not bool(jnp.all(norms > 0)):
+        if axes.shape == (joints, 3) and not isinstance(norms, jax.core.Tracer) and not bool(jnp.all(norms > 0)):
             raise ValueError(f"Joint axes must be non-zero; got {axes}.")
         self.joint_axes = axes / norms
         self.joint_anchors = as_inexact(joint_anchors)
         self.masses = as_inexact(masses)
         self.coms = as_inexact(coms)
         self.inertias = as_inexact(inertias)
-        zeros = jnp.zeros(n, self.masses.dtype)
+        zeros, dof_zeros = jnp.zeros(n, self.masses.dtype), jnp.zeros(v, self.masses.dtype)
         self.reference = zeros if reference is None else as_inexact(reference)
-        self.armature = zeros if armature is None else as_inexact(armature)
-        self.damping = zeros if damping is None else as_inexact(damping)
+        self.armature = dof_zeros if armature is None else as_inexact(armature)
+        self.damping = dof_zeros if damping is None else as_inexact(damping)
         self.stiffness = zeros if stiffness is None else as_inexact(stiffness)
         self.spring_reference = self.reference if spring_reference is None else as_inexact(spring_reference)
         self.gravity = as_inexact(gravity)
         expected = {
             "body_positions": (b, 3),
             "body_rotations": (b, 3, 3),
-            "joint_axes": (n, 3),
-            "joint_anchors": (n, 3),
+            "joint_axes": (joints, 3),
+            "joint_anchors": (joints, 3),
             "masses": (b,),
             "coms": (b, 3),
             "inertias": (b, 3, 3),
             "reference": (n,),
-            "armature": (n,),
-            "damping": (n,),
+            "armature": (v,),
+            "damping": (v,),
             "stiffness": (n,),
             "spring_reference": (n,),
             "gravity": (3,),
@@ -211,7 +272,10 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
             k: getattr(self, k).shape for k, shape in expected.items() if getattr(self, k).shape != shape
         }
         if wrong:
-            raise ValueError(f"RigidBodyTree with {b} bodies and {n} joints expects {expected}; got {wrong}.")
+            raise ValueError(
+                f"RigidBodyTree with {b} bodies, {n} coordinates and {v} degrees of freedom expects "
+                f"{expected}; got {wrong}."
+            )
 
     def inertial(self) -> tuple[Float[Array, " b"], Float[Array, "b 3"], Float[Array, "b 3 3"]]:
         """Masses, centres of mass and inertias (about the centres of mass) in the body frames."""
@@ -225,6 +289,28 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         first = self.joint_bodies.index(body) if body in self.joint_bodies else 0
         return range(first, first + self.joint_bodies.count(body))
 
+    def _groups(self, body: int) -> list[range]:
+        """The body's coordinates in groups that move it together: one per hinge or slide, the
+        three translations and the four quaternion coordinates of a free joint, the four of a
+        ball joint. A group's twists are the body's own axes, so that their rate of change is
+        the motion of the body before the group (`V ×ₘ S`)."""
+        groups = []
+        for j in self._joints_of(body):
+            c = self.joint_coordinates[j]
+            if self.joint_kinds[j] == "free":
+                groups += [range(c, c + 3), range(c + 3, c + 7)]
+            else:
+                groups.append(range(c, c + _SIZES[self.joint_kinds[j]][0]))
+        return groups
+
+    def _quaternions(self) -> list[int]:
+        """The first coordinate of every quaternion (ball and free joints)."""
+        return [
+            self.joint_coordinates[j] + (3 if kind == "free" else 0)
+            for j, kind in enumerate(self.joint_kinds)
+            if kind in ("ball", "free")
+        ]
+
     def _index(self, names: tuple[str, ...], name: str, what: str) -> int:
         if name not in names:
             raise KeyError(f"No {what} named {name!r}; the model has {list(names)}.")
@@ -235,15 +321,15 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         return -1 if name == "world" else self._index(self.body_names, name, "body")
 
     def joint_index(self, name: str) -> int:
-        """The coordinate index of the joint `name`."""
-        return self._index(self.joint_names, name, "joint")
+        """The index of the (first) coordinate of the joint `name`."""
+        return self.joint_coordinates[self._index(self.joint_names, name, "joint")]
 
     def kinematics(self, q: Float[Array, " n"]) -> Kinematics:
         """Body frames and joint twists at `q`."""
         return self._kinematics(q, range(len(self.parents)))
 
     def _kinematics(self, q, bodies) -> Kinematics:
-        """Frames and joint twists of `bodies` only (in body order, each with its parent)."""
+        """Frames and coordinate twists of `bodies` only (in body order, each with its parent)."""
         rotations, positions, twists = {}, {}, []
         for body in bodies:
             parent = self.parents[body]
@@ -252,16 +338,29 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
             R = R_parent @ self.body_rotations[body]
             p = p_parent + R_parent @ self.body_positions[body]
             for j in self._joints_of(body):
+                c, kind = self.joint_coordinates[j], self.joint_kinds[j]
                 axis = R @ self.joint_axes[j]
                 anchor = p + R @ self.joint_anchors[j]
-                if self.joint_kinds[j] == "hinge":
+                if kind == "hinge":
                     twists.append(jnp.concatenate([axis, jnp.cross(anchor, axis)]))
                     # rotate about the anchor, which stays where it is
-                    R = R @ _axis_angle(self.joint_axes[j], q[j] - self.reference[j])
+                    R = R @ _axis_angle(self.joint_axes[j], q[c] - self.reference[c])
                     p = anchor - R @ self.joint_anchors[j]
-                else:
+                elif kind == "slide":
                     twists.append(jnp.concatenate([jnp.zeros_like(axis), axis]))
-                    p = p + axis * (q[j] - self.reference[j])
+                    p = p + axis * (q[c] - self.reference[c])
+                else:
+                    if kind == "free":  # the world pose itself (MuJoCo ignores the body frame)
+                        u, R, p = q[c + 3 : c + 7], _quaternion_matrix(q[c + 3 : c + 7]), q[c : c + 3]
+                        anchor = p
+                        twists += list(jnp.concatenate([jnp.zeros((3, 3), q.dtype), jnp.eye(3, dtype=q.dtype)], 1))
+                    else:  # a ball turns the body about its anchor
+                        u = q[c : c + 4]
+                        R = R @ _quaternion_matrix(u)
+                        p = anchor - R @ self.joint_anchors[j]
+                    # the body's rotational twists about the anchor, combined by 2 E(u)
+                    W = R @ (2 * _rate_map(u))
+                    twists += list(jnp.concatenate([W, jnp.cross(anchor, W.T).T], 0).T)
             rotations[body], positions[body] = R, p
         empty = jnp.zeros((0, 6), q.dtype)
         return Kinematics(
@@ -287,6 +386,74 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
             body = self.parents[body]
         return chain
 
+    def _coordinate_bodies(self) -> list[int]:
+        return [b for j, b in enumerate(self.joint_bodies) for _ in range(_SIZES[self.joint_kinds[j]][0])]
+
+    def velocity_map(self, q: Float[Array, " n"]) -> Float[Array, "v n"]:
+        """`G(q)`, MuJoCo's velocities from coordinate rates: `qvel = G(q) q̇` (the identity for
+        hinges and slides, `2 E(u)` for a quaternion: the angular velocity in the body frame).
+
+        **Returns:**
+
+        `G`, shape (v, n) with `v` MuJoCo's `nv`.
+        """
+        G = jnp.zeros((self.num_velocities, self.num_coordinates), q.dtype)
+        for j, kind in enumerate(self.joint_kinds):
+            c, d = self.joint_coordinates[j], self.joint_dofs[j]
+            if kind in ("hinge", "slide"):
+                G = G.at[d, c].set(1.0)
+                continue
+            if kind == "free":
+                G = G.at[d : d + 3, c : c + 3].set(jnp.eye(3, dtype=q.dtype))
+                c, d = c + 3, d + 3
+            G = G.at[d : d + 3, c : c + 4].set(2 * _rate_map(q[c : c + 4]))
+        return G
+
+    def state_from_mujoco(
+        self, qpos: Float[ArrayLike, " n"], qvel: Float[ArrayLike, " v"]
+    ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
+        """`(q, q̇)` from MuJoCo's `(qpos, qvel)`: the same coordinates, and each quaternion's
+        rate `u̇ = ½ E(u)ᵀ ω` from its body-frame angular velocity.
+
+        **Returns:**
+
+        `(q, qd)`, each shape (n,).
+        """
+        q, qvel = as_inexact(qpos), as_inexact(qvel)
+        if q.shape != (self.num_coordinates,) or qvel.shape != (self.num_velocities,):
+            raise ValueError(
+                f"qpos and qvel must have shapes ({self.num_coordinates},) and ({self.num_velocities},), "
+                f"got {q.shape} and {qvel.shape}."
+            )
+        # G's quaternion blocks are 2E with E Eᵀ = I: their pseudo-inverse is ¼ of their transpose
+        scale = jnp.ones(self.num_coordinates, q.dtype)
+        for c in self._quaternions():
+            scale = scale.at[c : c + 4].set(0.25)
+        return q, scale * (self.velocity_map(q).T @ qvel)
+
+    def state_to_mujoco(
+        self, q: Float[ArrayLike, " n"], qd: Float[ArrayLike, " n"]
+    ) -> tuple[Float[Array, " n"], Float[Array, " v"]]:
+        """MuJoCo's `(qpos, qvel)` from `(q, q̇)`: quaternions normalised, `qvel = G(q) q̇`.
+
+        **Returns:**
+
+        `(qpos, qvel)`, shapes (n,) and (v,).
+        """
+        q, qd = as_inexact(q), as_inexact(qd)
+        qpos = q
+        for c in self._quaternions():
+            qpos = qpos.at[c : c + 4].set(q[c : c + 4] / jnp.linalg.norm(q[c : c + 4]))
+        return qpos, self.velocity_map(q) @ qd
+
+    def _per_dof(self, q, weights, x):
+        """`Gᵀ diag(weights) G x` (armature, damping: MuJoCo applies them per degree of
+        freedom); `diag(weights) x` where every joint is a hinge or a slide."""
+        if not self._quaternions():
+            return weights * x
+        G = self.velocity_map(q)
+        return G.T @ (weights * (G @ x))
+
     def mass_matrix(self, t, q):
         kin = self.kinematics(q)
         composite = self._inertias(kin)
@@ -295,21 +462,24 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
             if parent >= 0:
                 composite[parent] = tuple(a + b for a, b in zip(composite[parent], composite[body]))
         S = [(s[:3], s[3:]) for s in kin.twists]
-        n = len(self.joint_bodies)
+        bodies = self._coordinate_bodies()
+        n = len(bodies)
         entries = [[None] * n for _ in range(n)]
         for j in range(n):
-            body = self.joint_bodies[j]
-            ancestors = self._ancestors(body)
+            ancestors = self._ancestors(bodies[j])
             for k in range(j + 1):
-                if self.joint_bodies[k] in ancestors:
-                    entries[j][k] = entries[k][j] = _dot(S[j], _apply_inertia(composite[body], S[k]))
+                if bodies[k] in ancestors:
+                    entries[j][k] = entries[k][j] = _dot(S[j], _apply_inertia(composite[bodies[j]], S[k]))
         zero = jnp.zeros((), q.dtype)
         M = jnp.stack([jnp.stack([zero if e is None else e for e in row]) for row in entries])
-        return M + jnp.diag(self.armature)
+        if not self._quaternions():
+            return M + jnp.diag(self.armature)
+        G = self.velocity_map(q)
+        return M + G.T @ (self.armature[:, None] * G)
 
     def bias_forces(self, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, " n"]:
-        """`C(q, q̇) q̇ + G(q)`: Coriolis, centrifugal and gravity forces (MuJoCo's `qfrc_bias`),
-        by recursive Newton–Euler."""
+        """`C(q, q̇) q̇ + G(q)`: Coriolis, centrifugal and gravity forces (MuJoCo's `qfrc_bias`,
+        here per coordinate), by recursive Newton–Euler."""
         kin = self.kinematics(q)
         inertias = self._inertias(kin)
         zero = jnp.zeros(3, q.dtype)
@@ -319,10 +489,10 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         for body, parent in enumerate(self.parents):
             V = base_velocity if parent < 0 else velocities[parent]
             A = base_acceleration if parent < 0 else accelerations[parent]
-            for j in self._joints_of(body):
-                S = (kin.twists[j, :3], kin.twists[j, 3:])
-                A = _add(A, _scale(_motion_cross(V, S), qd[j]))
-                V = _add(V, _scale(S, qd[j]))
+            for group in self._groups(body):
+                motion = _twist_sum([kin.twists[k] for k in group], [qd[k] for k in group])
+                A = _add(A, _motion_cross(V, motion))
+                V = _add(V, motion)
             velocities.append(V)
             accelerations.append(A)
             wrenches.append(
@@ -333,13 +503,51 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
             if parent >= 0:
                 wrenches[parent] = _add(wrenches[parent], wrenches[body])
         bias = [
-            _dot((kin.twists[j, :3], kin.twists[j, 3:]), wrenches[self.joint_bodies[j]])
-            for j in range(len(self.joint_bodies))
+            _dot((kin.twists[j, :3], kin.twists[j, 3:]), wrenches[body])
+            for j, body in enumerate(self._coordinate_bodies())
         ]
         return jnp.stack(bias) if bias else jnp.zeros(0, q.dtype)
 
     def forces(self, t, q, qd):
-        return -self.bias_forces(q, qd) - self.damping * qd - self.stiffness * (q - self.spring_reference)
+        springs = self.stiffness * (q - self.spring_reference)
+        for c in self._quaternions():  # springs act on hinges and slides
+            springs = springs.at[c : c + 4].set(0.0)
+        return -self.bias_forces(q, qd) - self._per_dof(q, self.damping, qd) - springs
+
+    def norm_rows(self, q: Float[Array, " n"], qd: Float[Array, " n"]) -> ConstraintRows:
+        """`uᵀu − 1 = 0` for every quaternion, Baumgarte-stabilized (`_NORM_GAINS`): the rows
+        the tree adds to every U-K solve (none without ball or free joints).
+
+        **Returns:**
+
+        A `ConstraintRows` with one row per quaternion.
+        """
+        starts = self._quaternions()
+        A = jnp.zeros((len(starts), q.shape[0]), q.dtype)
+        phi, phid, b = [], [], []
+        for row, c in enumerate(starts):
+            u, ud = q[c : c + 4], qd[c : c + 4]
+            A = A.at[row, c : c + 4].set(2 * u)
+            phi.append(u @ u - 1)
+            phid.append(2 * u @ ud)
+            b.append(-2 * ud @ ud)
+        phi, phid, b = jnp.stack(phi), jnp.stack(phid), jnp.stack(b)
+        alpha, beta = _NORM_GAINS
+        return ConstraintRows(A, b - alpha * phid - beta * phi, phi, phid)
+
+    def dynamics(self, t, q, qd):
+        M, Q = self.mass_matrix(t, q), self.forces(t, q, qd)
+        check_dynamics_shapes(M, Q, q)
+        if not self._quaternions():
+            return Dynamics(M, Q, ())
+        rows = self.norm_rows(q, qd)
+        # M is singular along each quaternion: the auxiliary system M + γAᵀA, Q + γAᵀb moves
+        # as the constrained one does, with γ of the size of the block the row completes
+        starts = self._quaternions()
+        gamma = jnp.stack([jnp.trace(M[c : c + 4, c : c + 4]) / 4 for c in starts])
+        M = M + rows.A.T @ (gamma[:, None] * rows.A)
+        Q = Q + rows.A.T @ (gamma * rows.b)
+        return Dynamics(M, Q, (ConstraintLevel(rows, None, "svd"),))
 
     def body_pose(self, q: Float[Array, " n"], body: str) -> tuple[Float[Array, "3 3"], Float[Array, " 3"]]:
         """The rotation and position of the body `name` (its frame, not its centre of mass)."""
@@ -400,11 +608,16 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         x = kin.positions[-1] + kin.rotations[-1] @ point
         columns = [jnp.zeros(3, q.dtype)] * q.shape[0]
         V, A = (zero, zero), (zero, zero)
-        for i, j in enumerate(j for body in chain for j in self._joints_of(body)):
-            S = (kin.twists[i, :3], kin.twists[i, 3:])
-            A = _add(A, _scale(_motion_cross(V, S), qd[j]))
-            V = _add(V, _scale(S, qd[j]))
-            columns[j] = S[1] + jnp.cross(S[0], x)
+        # the chain's coordinates in order: row i of `kin.twists` is coordinate `coordinates[i]`
+        groups = [group for body in chain for group in self._groups(body)]
+        row = {k: i for i, k in enumerate(k for group in groups for k in group)}
+        for group in groups:
+            S = [kin.twists[row[k]] for k in group]
+            motion = _twist_sum(S, [qd[k] for k in group])
+            A = _add(A, _motion_cross(V, motion))
+            V = _add(V, motion)
+            for k, twist in zip(group, S):
+                columns[k] = twist[3:] + jnp.cross(twist[:3], x)
         velocity = V[1] + jnp.cross(V[0], x)
         # a body-fixed point: ẍ = a_O + α × x + ω × ẋ (spatial acceleration (α, a_O))
         return x, jnp.stack(columns, axis=-1), A[1] + jnp.cross(A[0], x) + jnp.cross(V[0], velocity)
