@@ -312,10 +312,17 @@ def _simulate(args: argparse.Namespace) -> None:
     elapsed = time.perf_counter() - start
     status = ukjax.Status(int(sol.status)).name
     violation = jnp.max(jnp.abs(sol.phi), axis=1) if sol.phi is not None else jnp.zeros_like(sol.ts)
-    print(
-        f"  status {status}, {int(sol.stats['num_steps'])} steps, {elapsed:.1f} s with compilation; "
-        f"max constraint violation {float(jnp.nanmax(violation)):.2e}"
-    )
+    # the tree's quaternion norm rows come first, the file's equalities after them
+    own = tree.constraint_levels(0.0, model.q0, model.qd0)
+    norms = own[0].rows.b.shape[0] if own else 0
+    parts = f"max constraint violation {float(jnp.nanmax(violation)):.2e}"
+    if norms and sol.phi is not None:
+        closure = jnp.max(jnp.abs(sol.phi[:, norms:])) if sol.phi.shape[1] > norms else jnp.zeros(())
+        parts += (
+            f" (loop closure {float(closure):.2e}, quaternion norm error "
+            f"{float(jnp.max(jnp.abs(sol.phi[:, :norms]))):.2e})"
+        )
+    print(f"  status {status}, {int(sol.stats['num_steps'])} steps, {elapsed:.1f} s with compilation; {parts}")
     fig, axes = plt.subplots(2, 1, figsize=(10, 8), constrained_layout=True)
     for j, name in enumerate(tree.joint_names):
         axes[0].plot(sol.ts, sol.q[:, j], label=name)

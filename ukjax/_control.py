@@ -151,6 +151,9 @@ class ClosedLoop(AbstractSystem):
     def forces(self, t, q, qd):
         return self.control.system.forces(t, q, qd) + self.control.actuation @ self.control(t, q, qd)
 
+    def constraint_levels(self, t, q, qd):
+        return self.control.system.constraint_levels(t, q, qd)
+
     def dynamics(self, t, q, qd):
         d = self.control.system.dynamics(t, q, qd)
         return d._replace(Q=d.Q + self.control.actuation @ self.control(t, q, qd))

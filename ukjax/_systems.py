@@ -94,7 +94,17 @@ class AbstractSystem(eqx.Module):
         """
         M, Q = self.mass_matrix(t, q), self.forces(t, q, qd)
         check_dynamics_shapes(M, Q, q)
-        return Dynamics(M, Q, ())
+        return Dynamics(M, Q, self.constraint_levels(t, q, qd))
+
+    def constraint_levels(self, t: Time, q: Coordinates, qd: Coordinates) -> tuple[ConstraintLevel, ...]:
+        """The constraints of the system tree at `(t, q, q̇)`, as `dynamics` gives them, without
+        evaluating `M` and `Q` (what `violation` and `project` need).
+
+        **Returns:**
+
+        One [`ukjax.ConstraintLevel`][] per U-K solve (none for an unconstrained system).
+        """
+        return ()
 
     def solve(self, t: Time, q: Coordinates, qd: Coordinates) -> UKSolution:
         """The U-K solve at `(t, q, q̇)` with its diagnostics (no runtime checks).
@@ -129,7 +139,7 @@ class AbstractSystem(eqx.Module):
         velocity-level residual (`φ̇` for holonomic rows, `ψ` for first-order rows; zero for
         acceleration-level rows). None for a system without constraints.
         """
-        levels = self.dynamics(t, q, qd).levels
+        levels = self.constraint_levels(t, q, qd)
         if not levels:
             return None
         return (
@@ -300,13 +310,20 @@ class ConstrainedSystem(AbstractSystem):
     def forces(self, t, q, qd):
         return self.system.forces(t, q, qd)
 
-    def dynamics(self, t, q, qd):
-        inner = self.system.dynamics(t, q, qd)
+    def _with_own(self, inner: tuple[ConstraintLevel, ...], t, q, qd) -> tuple[ConstraintLevel, ...]:
+        """The inner levels with these constraints joined to the last one (or after it)."""
         c = None if self.nonideal is None else jnp.asarray(self.nonideal(t, q, qd))
         own = ConstraintLevel(self.rows(t, q, qd), c, self.method)
-        if self.sequential or not inner.levels:
-            return inner._replace(levels=inner.levels + (own,))
-        return inner._replace(levels=inner.levels[:-1] + (_merge([inner.levels[-1], own], self.method),))
+        if self.sequential or not inner:
+            return inner + (own,)
+        return inner[:-1] + (_merge([inner[-1], own], self.method),)
+
+    def constraint_levels(self, t, q, qd):
+        return self._with_own(self.system.constraint_levels(t, q, qd), t, q, qd)
+
+    def dynamics(self, t, q, qd):
+        inner = self.system.dynamics(t, q, qd)
+        return inner._replace(levels=self._with_own(inner.levels, t, q, qd))
 
     # Compiled as one program: evaluated op by op, the unrolled kernels dispatch thousands of
     # scalar operations (seconds for the parallel robot).
@@ -367,6 +384,9 @@ class Forced(AbstractSystem):
 
     def forces(self, t, q, qd):
         return self.system.forces(t, q, qd) + jnp.asarray(self.force(t, q, qd))
+
+    def constraint_levels(self, t, q, qd):
+        return self.system.constraint_levels(t, q, qd)
 
     def dynamics(self, t, q, qd):
         inner = self.system.dynamics(t, q, qd)
@@ -453,25 +473,38 @@ class ComposedSystem(AbstractSystem):
             [p.forces(t, self.part(q, name), self.part(qd, name)) for name, p in self.parts.items()]
         )
 
+    def _aligned(self, parts: list[tuple[slice, tuple[ConstraintLevel, ...]]]) -> tuple[ConstraintLevel, ...]:
+        """The parts' levels in the whole's coordinates, aligned at the last one, so that every
+        part's own joint solve lands in the last level, which a constraint on the whole joins."""
+        n = self.num_coordinates
+        depth = max(len(levels) for _, levels in parts)
+        out = []
+        for k in range(depth):
+            members = [
+                _embed(levels[k + len(levels) - depth], where, n)
+                for where, levels in parts
+                if k + len(levels) >= depth
+            ]
+            # one solve over independent blocks: the robust route if any part asked for it
+            method = "svd" if any(level.method == "svd" for level in members) else "cholesky"
+            out.append(_merge(members, method))
+        return tuple(out)
+
+    def constraint_levels(self, t, q, qd):
+        self._check(q)
+        return self._aligned(
+            [
+                (self.slice(name), p.constraint_levels(t, self.part(q, name), self.part(qd, name)))
+                for name, p in self.parts.items()
+            ]
+        )
+
     def dynamics(self, t, q, qd):
         self._check(q)
-        n = self.num_coordinates
         parts = [
             (self.slice(name), p.dynamics(t, self.part(q, name), self.part(qd, name)))
             for name, p in self.parts.items()
         ]
-        depth = max(len(d.levels) for _, d in parts)
-        levels = []
-        # Levels are aligned at the last one, so that every part's own joint solve lands in
-        # the last level, which a constraint on the whole joins.
-        for k in range(depth):
-            members = [
-                _embed(d.levels[k + len(d.levels) - depth], where, n)
-                for where, d in parts
-                if k + len(d.levels) >= depth
-            ]
-            # one solve over independent blocks: the robust route if any part asked for it
-            method = "svd" if any(level.method == "svd" for level in members) else "cholesky"
-            levels.append(_merge(members, method))
+        levels = self._aligned([(where, d.levels) for where, d in parts])
         M = jsl.block_diag(*(d.M for _, d in parts))
-        return Dynamics(M, jnp.concatenate([d.Q for _, d in parts]), tuple(levels))
+        return Dynamics(M, jnp.concatenate([d.Q for _, d in parts]), levels)

@@ -249,6 +249,9 @@ class LogCholeskyChain(AbstractUnconstrainedSystem):
     def forces(self, t, q, qd):
         return self.physical().forces(t, q, qd)
 
+    # the chain's own constraint rows (a tree's quaternion norms) come with it
+    def constraint_levels(self, t, q, qd):
+        return self.physical().constraint_levels(t, q, qd)
+
     def dynamics(self, t, q, qd):
-        # the chain's own constraint rows (a tree's quaternion norms) come with it
         return self.physical().dynamics(t, q, qd)

@@ -461,17 +461,18 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
             parent = self.parents[body]
             if parent >= 0:
                 composite[parent] = tuple(a + b for a, b in zip(composite[parent], composite[body]))
-        S = [(s[:3], s[3:]) for s in kin.twists]
         bodies = self._coordinate_bodies()
-        n = len(bodies)
-        entries = [[None] * n for _ in range(n)]
-        for j in range(n):
-            ancestors = self._ancestors(bodies[j])
-            for k in range(j + 1):
-                if bodies[k] in ancestors:
-                    entries[j][k] = entries[k][j] = _dot(S[j], _apply_inertia(composite[bodies[j]], S[k]))
-        zero = jnp.zeros((), q.dtype)
-        M = jnp.stack([jnp.stack([zero if e is None else e for e in row]) for row in entries])
+        # Mⱼₖ = Sₖ · I_c(body of j) Sⱼ for k on j's path to the world: one spatial force per
+        # coordinate and one product of all twists with all forces, so that the traced program
+        # grows like n, not n² (Cassie's 35 coordinates compiled 3× slower entry by entry)
+        forces = jnp.stack(
+            [jnp.concatenate(_apply_inertia(composite[b], (S[:3], S[3:]))) for S, b in zip(kin.twists, bodies)]
+        )
+        lower = np.array(
+            [[k <= j and bodies[k] in self._ancestors(bodies[j]) for k in range(len(bodies))] for j in range(len(bodies))]
+        )
+        below = jnp.where(lower, forces @ kin.twists.T, 0.0)
+        M = below + below.T - jnp.diag(jnp.diagonal(below))
         if not self._quaternions():
             return M + jnp.diag(self.armature)
         G = self.velocity_map(q)
@@ -535,19 +536,23 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         alpha, beta = _NORM_GAINS
         return ConstraintRows(A, b - alpha * phid - beta * phi, phi, phid)
 
+    def constraint_levels(self, t, q, qd):
+        return (ConstraintLevel(self.norm_rows(q, qd), None, "svd"),) if self._quaternions() else ()
+
     def dynamics(self, t, q, qd):
         M, Q = self.mass_matrix(t, q), self.forces(t, q, qd)
         check_dynamics_shapes(M, Q, q)
-        if not self._quaternions():
+        levels = self.constraint_levels(t, q, qd)
+        if not levels:
             return Dynamics(M, Q, ())
-        rows = self.norm_rows(q, qd)
+        rows = levels[0].rows
         # M is singular along each quaternion: the auxiliary system M + γAᵀA, Q + γAᵀb moves
         # as the constrained one does, with γ of the size of the block the row completes
         starts = self._quaternions()
         gamma = jnp.stack([jnp.trace(M[c : c + 4, c : c + 4]) / 4 for c in starts])
         M = M + rows.A.T @ (gamma[:, None] * rows.A)
         Q = Q + rows.A.T @ (gamma * rows.b)
-        return Dynamics(M, Q, (ConstraintLevel(rows, None, "svd"),))
+        return Dynamics(M, Q, levels)
 
     def body_pose(self, q: Float[Array, " n"], body: str) -> tuple[Float[Array, "3 3"], Float[Array, " 3"]]:
         """The rotation and position of the body `name` (its frame, not its centre of mass)."""
