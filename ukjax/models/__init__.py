@@ -29,6 +29,8 @@ from ._mechanisms import (
 from ._mechanisms import (
     two_mass_spring as two_mass_spring,
 )
+from ._actuators import Actuated as Actuated
+from ._actuators import Actuators as Actuators
 from ._mjcf import from_mjcf as from_mjcf
 from ._mjcf import from_urdf as from_urdf
 from ._planar import PlanarChain as PlanarChain
@@ -84,6 +86,9 @@ from ._tree import (
 )
 from ._tree import (
     SiteConstraint as SiteConstraint,
+)
+from ._tree import (
+    TendonCoupling as TendonCoupling,
 )
 from ._tree import (
     Weld as Weld,

@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._systems import ConstrainedSystem
+from ._actuators import Actuators
 from ._scara import Model
-from ._tree import Connect, JointCoupling, RigidBodyTree, Weld
+from ._tree import Connect, JointCoupling, RigidBodyTree, TendonCoupling, Weld
 
 _DEFAULT_SOLREF = np.array([0.02, 1.0])
 _DEFAULT_SOLIMP = np.array([0.9, 0.95, 0.001, 0.5, 2.0])
@@ -102,8 +103,21 @@ def _unsupported(mjm) -> list[str]:
         found.append(f"joint limits ({', '.join(limited)})")
     if np.any(mjm.dof_frictionloss) and constraints_on and not _disabled(mjm, "FRICTIONLOSS"):
         found.append("joint friction loss")
-    if mjm.ntendon:
-        found.append(f"{mjm.ntendon} tendon(s)")
+    spatial = [_name(mjm, mujoco.mjtObj.mjOBJ_TENDON, t, "tendon") for t in range(mjm.ntendon) if not _fixed(mjm, t)]
+    if spatial:
+        found.append(f"spatial tendons ({', '.join(spatial)}) and what acts through them")
+    tendon_extras = [
+        what
+        for what, present in (
+            ("limits", np.any(mjm.tendon_limited) and constraints_on and not _disabled(mjm, "LIMIT")),
+            ("friction loss", np.any(mjm.tendon_frictionloss) and constraints_on and not _disabled(mjm, "FRICTIONLOSS")),
+            ("polynomial stiffness or damping", np.any(mjm.tendon_stiffnesspoly) or np.any(mjm.tendon_dampingpoly)),
+            ("actuator force ranges", np.any(mjm.tendon_actfrclimited)),
+        )
+        if present
+    ]
+    if tendon_extras:
+        found.append(f"tendon {', '.join(tendon_extras)}")
     if np.any(mjm.body_gravcomp) and not _disabled(mjm, "GRAVITY"):
         found.append("gravity compensation")
     sprung = [
@@ -130,51 +144,97 @@ def _unsupported(mjm) -> list[str]:
         if inactive:
             found.append(f"{len(inactive)} inactive equality constraint(s) (left out)")
     if not _disabled(mjm, "ACTUATION"):
-        clamped = [
-            _name(mjm, mujoco.mjtObj.mjOBJ_ACTUATOR, a, "actuator")
-            for a in range(mjm.nu)
-            if (mjm.actuator_ctrllimited[a] and not _disabled(mjm, "CLAMPCTRL")) or mjm.actuator_forcelimited[a]
-        ]
-        if clamped:
-            found.append(f"ctrlrange/forcerange clamps of {', '.join(clamped)} (apply them in the control law)")
         joints = [_name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint") for j in np.flatnonzero(mjm.jnt_actfrclimited)]
         if joints:
             found.append(f"actuatorfrcrange clamps of {', '.join(joints)}")
     return found
 
 
+def _fixed(mjm, tendon: int) -> bool:
+    """Whether the tendon is fixed: every wrap a hinge or slide joint."""
+    wraps = range(mjm.tendon_adr[tendon], mjm.tendon_adr[tendon] + mjm.tendon_num[tendon])
+    return all(
+        mjm.wrap_type[w] == 1 and _KINDS[int(mjm.jnt_type[mjm.wrap_objid[w]])] in ("hinge", "slide") for w in wraps
+    )
+
+
+def _tendons(mjm) -> dict:
+    """The fixed tendons' arguments of `RigidBodyTree` (coefficients per coordinate, passive
+    parameters as the file's flags leave them)."""
+    import mujoco
+
+    fixed = [t for t in range(mjm.ntendon) if _fixed(mjm, t)]
+    coefficients = {}
+    for t in fixed:
+        c = np.zeros(mjm.nq)
+        for w in range(mjm.tendon_adr[t], mjm.tendon_adr[t] + mjm.tendon_num[t]):
+            c[mjm.jnt_qposadr[mjm.wrap_objid[w]]] += mjm.wrap_prm[w]
+        coefficients[_name(mjm, mujoco.mjtObj.mjOBJ_TENDON, t, "tendon")] = c
+    return dict(
+        tendons=coefficients,
+        tendon_stiffness=(0 if _disabled(mjm, "SPRING") else 1) * mjm.tendon_stiffness[fixed],
+        tendon_damping=(0 if _disabled(mjm, "DAMPER") else 1) * mjm.tendon_damping[fixed],
+        tendon_armature=mjm.tendon_armature[fixed],
+        tendon_lengthspring=mjm.tendon_lengthspring[fixed].reshape(-1, 2),
+    )
+
+
 def _equalities_on(mjm) -> bool:
     return not _disabled(mjm, "EQUALITY", "CONSTRAINT")
 
 
-def _actuation(mjm, notes: list[str]) -> np.ndarray | None:
-    """`B_u` of the joint motors (force = gear · ctrl); other actuators are reported."""
+def _actuation(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple[np.ndarray | None, Actuators | None]:
+    """`B_u` of the plain joint motors (force = gear · gain · ctrl), and every actuator as
+    MuJoCo applies it; those it cannot be (activation dynamics, muscles, site or body
+    transmissions, spatial tendons) act with zero force and are named."""
     import mujoco
 
     if not mjm.nu:
-        return None
-    B = np.zeros((mjm.nv, mjm.nu))
-    if _disabled(mjm, "ACTUATION"):  # MuJoCo applies no actuator force at all
-        return B
-    others = []
+        return None, None
+    B = np.zeros((mjm.nq, mjm.nu))
+    targets, gear, gain, bias, others = [], np.zeros(mjm.nu), np.zeros((mjm.nu, 3)), np.zeros((mjm.nu, 3)), []
     for a in range(mjm.nu):
-        motor = (
-            mjm.actuator_trntype[a] == int(mujoco.mjtTrn.mjTRN_JOINT)
+        trn, target = int(mjm.actuator_trntype[a]), int(mjm.actuator_trnid[a, 0])
+        joint = trn == int(mujoco.mjtTrn.mjTRN_JOINT) and _KINDS[int(mjm.jnt_type[target])] in ("hinge", "slide")
+        tendon = trn == int(mujoco.mjtTrn.mjTRN_TENDON) and _fixed(mjm, target)
+        gaintype, biastype = int(mjm.actuator_gaintype[a]), int(mjm.actuator_biastype[a])
+        supported = (
+            (joint or tendon)
             and mjm.actuator_dyntype[a] == int(mujoco.mjtDyn.mjDYN_NONE)
-            and mjm.actuator_gaintype[a] == int(mujoco.mjtGain.mjGAIN_FIXED)
-            and mjm.actuator_biastype[a] == int(mujoco.mjtBias.mjBIAS_NONE)
+            and gaintype in (int(mujoco.mjtGain.mjGAIN_FIXED), int(mujoco.mjtGain.mjGAIN_AFFINE))
+            and biastype in (int(mujoco.mjtBias.mjBIAS_NONE), int(mujoco.mjtBias.mjBIAS_AFFINE))
         )
-        if motor:
-            B[mjm.jnt_dofadr[mjm.actuator_trnid[a, 0]], a] = (
-                mjm.actuator_gear[a, 0] * mjm.actuator_gainprm[a, 0]
-            )
-        else:
+        if not supported:
             others.append(_name(mjm, mujoco.mjtObj.mjOBJ_ACTUATOR, a, "actuator"))
+            targets.append(("joint", 0))
+            continue
+        if tendon:
+            targets.append(("tendon", tree.tendon_index(_name(mjm, mujoco.mjtObj.mjOBJ_TENDON, target, "tendon"))))
+        else:
+            targets.append(("joint", int(mjm.jnt_qposadr[target])))
+        gear[a] = mjm.actuator_gear[a, 0]
+        affine_gain = gaintype == int(mujoco.mjtGain.mjGAIN_AFFINE)
+        gain[a] = mjm.actuator_gainprm[a, :3] if affine_gain else [mjm.actuator_gainprm[a, 0], 0, 0]
+        if biastype == int(mujoco.mjtBias.mjBIAS_AFFINE):
+            bias[a] = mjm.actuator_biasprm[a, :3]
+        if joint and not affine_gain and biastype == int(mujoco.mjtBias.mjBIAS_NONE):
+            B[targets[-1][1], a] = gear[a] * gain[a, 0]
+    if _disabled(mjm, "ACTUATION"):  # MuJoCo applies no actuator force at all
+        B, gear = 0 * B, 0 * gear
     if others:
-        notes.append(
-            f"actuators other than joint motors ({', '.join(others)}: zero columns of the actuation matrix)"
-        )
-    return B
+        notes.append(f"actuators with activation dynamics, muscles or other transmissions ({', '.join(others)}: no force)")
+    actuators = Actuators(
+        [_name(mjm, mujoco.mjtObj.mjOBJ_ACTUATOR, a, "actuator") for a in range(mjm.nu)],
+        targets,
+        gear,
+        gain,
+        bias,
+        mjm.actuator_ctrlrange,
+        mjm.actuator_forcerange,
+        mjm.actuator_ctrllimited.astype(bool) & (not _disabled(mjm, "CLAMPCTRL")),
+        mjm.actuator_forcelimited.astype(bool),
+    )
+    return B, actuators
 
 
 def _constraints(mjm, tree: RigidBodyTree) -> tuple:
@@ -206,9 +266,12 @@ def _constraints(mjm, tree: RigidBodyTree) -> tuple:
         elif kind == mujoco.mjtEq.mjEQ_JOINT:
             joint = lambda j: _name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint")  # noqa: E731
             out.append(JointCoupling(tree, joint(one), None if two < 0 else joint(two), data[0:5]))
+        elif kind == mujoco.mjtEq.mjEQ_TENDON and all(_fixed(mjm, t) for t in (one, two) if t >= 0):
+            tendon = lambda t: _name(mjm, mujoco.mjtObj.mjOBJ_TENDON, t, "tendon")  # noqa: E731
+            out.append(TendonCoupling(tree, tendon(one), None if two < 0 else tendon(two), data[0:5]))
         else:
             raise ValueError(
-                f"Equality {label!r} of type {kind.name} is not supported (connect, weld and joint are)."
+                f"Equality {label!r} of type {kind.name} is not supported (connect, weld, joint and fixed-tendon ones are)."
             )
     return tuple(out)
 
@@ -252,9 +315,10 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
             names[mujoco.mjtObj.mjOBJ_SITE][s]: (int(mjm.site_bodyid[s]) - 1, mjm.site_pos[s])
             for s in range(mjm.nsite)
         },
+        **_tendons(mjm),
     )
     notes = _unsupported(mjm)
-    actuation = _actuation(mjm, notes)
+    actuation, actuators = _actuation(mjm, tree, notes)
     constraints = _constraints(mjm, tree)
     if notes:
         warnings.warn(
@@ -274,7 +338,7 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
         q0, qvel0 = mjm.key_qpos[index], mjm.key_qvel[index]
     q0, qd0 = tree.state_from_mujoco(jnp.asarray(q0, float), jnp.asarray(qvel0, float))
     q0, qd0 = _consistent_start(tree, constraints, q0, qd0, kind)
-    return Model(tree, constraints, q0, qd0, (), None if actuation is None else jnp.asarray(actuation))
+    return Model(tree, constraints, q0, qd0, (), None if actuation is None else jnp.asarray(actuation), actuators)
 
 
 def _consistent_start(tree, constraints, q0, qd0, kind: str):
@@ -311,12 +375,14 @@ def from_mjcf(source: str | os.PathLike, *, keyframe: str | int | None = None) -
     """A mechanism from an MJCF model (compiled by MuJoCo, `mujoco` package).
 
     The body tree becomes a [`ukjax.models.RigidBodyTree`][] (hinge, slide, ball and free
-    joints, quaternions kept as MuJoCo writes them; masses,
-    inertial frames, armature, damping, springs, gravity), the file's `connect`, `weld` and
-    `joint` equalities become exact constraints ([`ukjax.models.Connect`][],
-    [`ukjax.models.Weld`][], [`ukjax.models.JointCoupling`][]) and its joint motors the
-    actuation matrix. What the tree does not model (contacts, joint limits, tendons, soft
-    constraint parameters, other actuators) is named in one warning.
+    joints, quaternions kept as MuJoCo writes them; masses, inertial frames, armature, damping,
+    springs, fixed tendons, gravity), the file's `connect`, `weld`, `joint` and `tendon`
+    equalities become exact constraints ([`ukjax.models.Connect`][], [`ukjax.models.Weld`][],
+    [`ukjax.models.JointCoupling`][], [`ukjax.models.TendonCoupling`][]), its actuators
+    [`ukjax.models.Actuators`][] (and its plain joint motors the actuation matrix). The file's
+    `<option>` flags are honoured, and a start that violates the equalities is projected onto
+    them. What the tree does not model (contacts, joint limits, spatial tendons, soft
+    constraint parameters, activation dynamics) is named in one warning.
 
     **Arguments:**
 
@@ -325,8 +391,8 @@ def from_mjcf(source: str | os.PathLike, *, keyframe: str | int | None = None) -
 
     **Returns:**
 
-    A [`ukjax.models.Model`][]: `system` (the tree), `constraints`, `q0`, `qd0` and
-    `actuation` (`None` without actuators).
+    A [`ukjax.models.Model`][]: `system` (the tree), `constraints`, `q0`, `qd0`, `actuation`
+    and `actuators` (`None` without actuators; `model.controlled(ctrl_fn)` drives them).
     """
     return _from_compiled(_compile(source, "MJCF"), "MJCF", keyframe)
 

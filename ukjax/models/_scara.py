@@ -1,5 +1,6 @@
 """The SCARA arm of seed 001 (Xu & Liu 2017): closed-form dynamics and trajectory constraints."""
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import equinox as eqx
@@ -9,6 +10,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from .._constraints import AbstractConstraint, AbstractHolonomic, as_inexact
 from .._systems import AbstractSystem, AbstractUnconstrainedSystem
+from ._actuators import Actuated, Actuators
 from ._serial import SerialChain, prismatic, revolute
 
 
@@ -23,6 +25,8 @@ class Model(NamedTuple):
     - `q0`, `qd0`: the default initial state.
     - `servo`: servo constraints of the seed's control task (empty if none).
     - `actuation`: the actuation matrix `B_u` (n, m) of the control task, or None.
+    - `actuators`: an imported file's actuators as MuJoCo applies them
+      ([`ukjax.models.Actuators`][]), or None; see `controlled`.
     """
 
     system: AbstractSystem
@@ -31,6 +35,20 @@ class Model(NamedTuple):
     qd0: Float[Array, " n"]
     servo: tuple[AbstractConstraint, ...] = ()
     actuation: Float[Array, "n m"] | None = None
+    actuators: Actuators | None = None
+
+    def controlled(self, control: Callable) -> AbstractSystem:
+        """The system driven by its actuators under `control(t, q, qd) -> (m,)` (MuJoCo's
+        `ctrl`): applied forces include MuJoCo's `qfrc_actuator`, gains, biases and clamps
+        included. Constrain it like the system itself.
+
+        **Returns:**
+
+        A [`ukjax.models.Actuated`][] system.
+        """
+        if self.actuators is None:
+            raise ValueError("This model has no actuators (controlled() needs an imported model with some).")
+        return Actuated(self.system, self.actuators, control)
 
     def state_from_mujoco(self, qpos: Float[ArrayLike, " n"], qvel: Float[ArrayLike, " v"]):
         """`(q, q̇)` from MuJoCo's `(qpos, qvel)` (a keyframe, a logged state): quaternion

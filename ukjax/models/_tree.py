@@ -144,6 +144,12 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
     - `body_names`, `joint_names`: names for lookups (default `body0…`, `joint0…`).
     - `sites`: `{name: (body index, position in the body frame)}` for named points (body
       index −1: a point fixed in the world).
+    - `tendons`: fixed tendons (MJCF `<fixed>`), `{name: coefficients}` with one coefficient
+      per coordinate: the tendon's length is `L = c · q` (hinges and slides only).
+    - `tendon_stiffness`, `tendon_damping`, `tendon_armature` (t,), `tendon_lengthspring`
+      (t, 2): the passive tendon force `−k (L − L_spring) − d L̇` (no force while `L` lies
+      between the two spring lengths, MuJoCo's dead band) and `armature` added to `M` as
+      `a cᵀc`.
     """
 
     parents: tuple[int, ...] = eqx.field(static=True)
@@ -172,6 +178,12 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
     spring_reference: Float[Array, " n"]
     gravity: Float[Array, " 3"]
     site_positions: Float[Array, "s 3"]
+    tendon_names: tuple[str, ...] = eqx.field(static=True)
+    tendon_coefficients: Float[Array, "t n"]
+    tendon_stiffness: Float[Array, " t"]
+    tendon_damping: Float[Array, " t"]
+    tendon_armature: Float[Array, " t"]
+    tendon_lengthspring: Float[Array, "t 2"]
 
     def __init__(
         self,
@@ -195,6 +207,11 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         body_names: Sequence[str] | None = None,
         joint_names: Sequence[str] | None = None,
         sites: dict[str, tuple[int, Float[ArrayLike, " 3"]]] | None = None,
+        tendons: dict[str, Float[ArrayLike, " n"]] | None = None,
+        tendon_stiffness: Float[ArrayLike, " t"] | None = None,
+        tendon_damping: Float[ArrayLike, " t"] | None = None,
+        tendon_armature: Float[ArrayLike, " t"] | None = None,
+        tendon_lengthspring: Float[ArrayLike, "t 2"] | None = None,
     ):
         b, joints = len(parents), len(joint_bodies)
         self.parents = tuple(int(p) for p in parents)
@@ -253,6 +270,19 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         self.stiffness = zeros if stiffness is None else as_inexact(stiffness)
         self.spring_reference = self.reference if spring_reference is None else as_inexact(spring_reference)
         self.gravity = as_inexact(gravity)
+        tendons = {} if tendons is None else tendons
+        self.tendon_names = tuple(tendons)
+        t = len(tendons)
+        self.tendon_coefficients = as_inexact(
+            jnp.reshape(jnp.asarray(list(tendons.values()), dtype=self.masses.dtype), (t, n))
+        )
+        t_zeros = jnp.zeros(t, self.masses.dtype)
+        self.tendon_stiffness = t_zeros if tendon_stiffness is None else as_inexact(tendon_stiffness)
+        self.tendon_damping = t_zeros if tendon_damping is None else as_inexact(tendon_damping)
+        self.tendon_armature = t_zeros if tendon_armature is None else as_inexact(tendon_armature)
+        self.tendon_lengthspring = (
+            jnp.zeros((t, 2), self.masses.dtype) if tendon_lengthspring is None else as_inexact(tendon_lengthspring)
+        )
         expected = {
             "body_positions": (b, 3),
             "body_rotations": (b, 3, 3),
@@ -267,6 +297,10 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
             "stiffness": (n,),
             "spring_reference": (n,),
             "gravity": (3,),
+            "tendon_stiffness": (t,),
+            "tendon_damping": (t,),
+            "tendon_armature": (t,),
+            "tendon_lengthspring": (t, 2),
         }
         wrong = {
             k: getattr(self, k).shape for k, shape in expected.items() if getattr(self, k).shape != shape
@@ -473,6 +507,8 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         )
         below = jnp.where(lower, forces @ kin.twists.T, 0.0)
         M = below + below.T - jnp.diag(jnp.diagonal(below))
+        C = self.tendon_coefficients
+        M = M + C.T @ (self.tendon_armature[:, None] * C)
         if not self._quaternions():
             return M + jnp.diag(self.armature)
         G = self.velocity_map(q)
@@ -513,7 +549,24 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         springs = self.stiffness * (q - self.spring_reference)
         for c in self._quaternions():  # springs act on hinges and slides
             springs = springs.at[c : c + 4].set(0.0)
-        return -self.bias_forces(q, qd) - self._per_dof(q, self.damping, qd) - springs
+        return -self.bias_forces(q, qd) - self._per_dof(q, self.damping, qd) - springs + self._tendon_forces(q, qd)
+
+    def tendon_lengths(self, q: Float[Array, " n"]) -> Float[Array, " t"]:
+        """The fixed tendons' lengths `L = C q`, shape (t,)."""
+        return self.tendon_coefficients @ q
+
+    def tendon_index(self, name: str) -> int:
+        """The index of the tendon `name`."""
+        return self._index(self.tendon_names, name, "tendon")
+
+    def _tendon_forces(self, q, qd):
+        """`Cᵀ (−k (L − L_spring) − d L̇)`, with no spring force inside the dead band."""
+        C = self.tendon_coefficients
+        if not C.shape[0]:
+            return jnp.zeros_like(q)
+        L, low, high = C @ q, self.tendon_lengthspring[:, 0], self.tendon_lengthspring[:, 1]
+        stretch = jnp.where(L > high, L - high, 0.0) + jnp.where(L < low, L - low, 0.0)
+        return C.T @ (-self.tendon_stiffness * stretch - self.tendon_damping * (C @ qd))
 
     def norm_rows(self, q: Float[Array, " n"], qd: Float[Array, " n"]) -> ConstraintRows:
         """`uᵀu − 1 = 0` for every quaternion, Baumgarte-stabilized (`_NORM_GAINS`): the rows
@@ -781,12 +834,55 @@ class JointCoupling(AbstractSystemConstraint):
         """`q₁ − r₁ − Σₖ cₖ (q₂ − r₂)ᵏ` on `system`, shape (1,)."""
         tree = _tree_of(system)
         i = tree.joint_index(self.joint1)
-        x1 = q[i] - tree.reference[i]
-        if self.joint2 is None:
-            return (x1 - self.coefficients[0])[None]
-        k = tree.joint_index(self.joint2)
-        x2 = q[k] - tree.reference[k]
-        return (x1 - jnp.polyval(self.coefficients[::-1], x2))[None]
+        x2 = None
+        if self.joint2 is not None:
+            k = tree.joint_index(self.joint2)
+            x2 = q[k] - tree.reference[k]
+        return _coupling(q[i] - tree.reference[i], x2, self.coefficients)
+
+    def system_rows(self, system, t, q, qd):
+        return holonomic_rows(lambda t, q: self.residual(system, t, q), t, q, qd)
+
+
+def _coupling(x1, x2, coefficients):
+    """MuJoCo's polynomial coupling `x₁ − Σₖ cₖ x₂ᵏ` (`x₁ − c₀` without `x₂`), shape (1,)."""
+    if x2 is None:
+        return (x1 - coefficients[0])[None]
+    return (x1 - jnp.polyval(coefficients[::-1], x2))[None]
+
+
+class TendonCoupling(AbstractSystemConstraint):
+    """MJCF `tendon` equality: `L₁ − L₁⁰ = Σₖ cₖ (L₂ − L₂⁰)ᵏ` (k = 0…4) for fixed tendons, with
+    `Lᵢ⁰` the lengths at the tree's `reference`; without `tendon2`, `L₁ − L₁⁰ = c₀` (1 row).
+
+    **Arguments:**
+
+    - `tree`: the [`ukjax.models.RigidBodyTree`][] (or a system wrapping it) whose tendon names
+      are checked; it is not stored.
+    - `tendon1`, `tendon2`: tendon names (`tendon2` may be None).
+    - `coefficients`: `c₀…c₄`, shape (5,).
+    """
+
+    tendon1: str = eqx.field(static=True)
+    tendon2: str | None = eqx.field(static=True)
+    coefficients: Float[Array, " 5"]
+
+    def __init__(self, tree, tendon1: str, tendon2: str | None, coefficients: Float[ArrayLike, " 5"]):
+        for name in (tendon1,) if tendon2 is None else (tendon1, tendon2):
+            _tree_of(tree).tendon_index(name)  # raises for an unknown tendon
+        self.tendon1, self.tendon2 = tendon1, tendon2
+        self.coefficients = as_inexact(coefficients)
+        if self.coefficients.shape != (5,):
+            raise ValueError(
+                f"TendonCoupling needs 5 polynomial coefficients, got shape {self.coefficients.shape}."
+            )
+
+    def residual(self, system, t, q):
+        """`L₁ − L₁⁰ − Σₖ cₖ (L₂ − L₂⁰)ᵏ` on `system`, shape (1,)."""
+        tree = _tree_of(system)
+        offsets = tree.tendon_lengths(q) - tree.tendon_lengths(tree.reference)
+        x2 = None if self.tendon2 is None else offsets[tree.tendon_index(self.tendon2)]
+        return _coupling(offsets[tree.tendon_index(self.tendon1)], x2, self.coefficients)
 
     def system_rows(self, system, t, q, qd):
         return holonomic_rows(lambda t, q: self.residual(system, t, q), t, q, qd)
