@@ -1,11 +1,10 @@
 """Fixed tendons, tendon equalities and MuJoCo's actuators, against MuJoCo: the gripper of
 examples/gripper.xml (two four-bar fingers, a joint equality, a tendon with a spring, a `general`
-position actuator with affine bias on it) and Cassie's motors."""
+position actuator with affine bias on it); Cassie's motors are checked in test_quaternions."""
 
 import warnings
 from pathlib import Path
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import mujoco
@@ -84,20 +83,3 @@ def test_tendon_equality_and_motor_kinds():
     np.testing.assert_array_equal(model.actuation[:, 0], [3.0, 0.0, 0.0])
     np.testing.assert_array_equal(model.actuation[:, 1:], 0.0)  # not plain motors: through controlled()
 
-
-def test_cassie_motors_through_controlled():
-    """Cassie's ten motors (gear and `ctrlrange` clamps) equal MuJoCo's `qfrc_actuator`, in
-    coordinates (`Gᵀ qfrc_actuator`)."""
-    path = Path(__file__).parent.parent.parent / "shared" / "robots" / "cassie.xml"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = models.from_mjcf(path)
-    mjm = mujoco.MjModel.from_xml_path(str(path))
-    ctrl = np.linspace(-20.0, 20.0, mjm.nu)  # beyond the ranges at both ends
-    d = mujoco.MjData(mjm)
-    d.qpos[:], d.ctrl[:] = mjm.qpos0, ctrl
-    mujoco.mj_forward(mjm, d)
-    q, qd = model.state_from_mujoco(mjm.qpos0, np.zeros(mjm.nv))
-    G = np.asarray(model.system.velocity_map(q))
-    ours = model.actuators.forces(model.system, q, qd, jnp.asarray(ctrl))
-    np.testing.assert_allclose(ours, G.T @ d.qfrc_actuator, atol=1e-12)

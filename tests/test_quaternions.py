@@ -132,7 +132,7 @@ def test_cassie_against_mujocos_own_functions():
     spinning pelvis and ball joints, the open tree's `M`, forces and `qacc` equal MuJoCo's,
     and the closed loops' acceleration equals a KKT solve written on MuJoCo's `mj_fullM`,
     `qfrc_passive − qfrc_bias` and the equality rows of `efc_J` (`J̇v` by central
-    differences along `mj_integratePos`)."""
+    differences along `mj_integratePos`); the motors' forces equal `qfrc_actuator`."""
     with pytest.warns(UserWarning):
         model = models.from_mjcf(CASSIE, keyframe="home")
     tree = model.system
@@ -161,7 +161,13 @@ def test_cassie_against_mujocos_own_functions():
         return M, d.qfrc_passive - d.qfrc_bias, d.qacc.copy(), J
 
     M, f, qacc, _ = mujoco_terms(qpos, qvel, equality=False)
+    # the ten motors, commanded beyond their ctrlrange at both ends, through `controlled`
+    ctrl = np.linspace(-20.0, 20.0, mjm.nu)
+    d.ctrl[:] = ctrl
+    mujoco.mj_forward(mjm, d)
     G = np.asarray(tree.velocity_map(q))
+    np.testing.assert_allclose(model.actuators.forces(tree, q, qd, jnp.asarray(ctrl)), G.T @ d.qfrc_actuator, atol=1e-12)
+    d.ctrl[:] = 0.0
     closed = ukjax.ConstrainedSystem(tree, model.constraints)
 
     @eqx.filter_jit  # one program: the open tree's terms and the closed loops' acceleration
