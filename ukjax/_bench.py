@@ -5,15 +5,19 @@ equality constraints: seed 002's coordinated robots (a 5-link closed chain hinge
 ground at both ends, passive under gravity) and seed 000's parallel robot (three 2-link chains
 joined at the end effector, driven by constant base torques); and the parallel robot read from
 one MJCF file by both simulators (`ukjax.models.PARALLEL_2DOF_MJCF` through
-`ukjax.models.from_mjcf`). Same integrator (RK4), step
+`ukjax.models.from_mjcf`); and Agility's Cassie read from `shared/robots/cassie.xml` by both
+(a free pelvis, two ball joints, four loops; left out where the file is not beside the
+clone). Same integrator (RK4), step
 (1 ms), horizon and batch for all; times are taken after compilation, in the same run.
 ukjax runs `simulate_batch` over every CPU core (one JAX device per core), MuJoCo's threaded
 `rollout` on every core; MJX (the JAX port of MuJoCo) runs a smaller batch, vmapped.
 
 Loop-closure violation: the largest coordinate of the tip-to-anchor (or tip-to-tip)
-distance over the run (MuJoCo: every step, from sensors; ukjax: every 10th step, `sol.phi`).
+distance over the run (MuJoCo: every step, from sensors, or for Cassie its equality rows at
+every 10th step of 32 members; ukjax: every 10th step, `sol.phi`, Cassie's quaternion norms
+included).
 
-    ukjax bench [--batch 256] [--steps 200] [--mjx-batch 0]       (about a minute)
+    ukjax bench [--batch 256] [--steps 200] [--mjx-batch 0]       (a few minutes)
     python benchmarks/throughput.py [--batch 2048] [--steps 1000] [--mjx-batch 256]
 
 Last line: `throughput ratio ukjax/mujoco R violation ukjax V1 mujoco V2 ukjax failed members
@@ -25,6 +29,8 @@ members that did).
 import argparse
 import os
 import time
+import warnings
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -59,7 +65,7 @@ def coordinated():
     qpos = np.diff(np.asarray(m.q0), prepend=0.0)  # absolute angles → relative
     system = ukjax.ConstrainedSystem(m.system, m.constraints)
 
-    def violation(sensors):
+    def violation(sensors, qpos):
         return np.max(np.abs(sensors[..., :2] - np.array([3.0, 0.0])))
 
     return "coordinated robots (seed 002)", system, m.q0, xml, qpos, np.zeros(0), violation
@@ -85,7 +91,7 @@ def parallel():
     torque = jnp.zeros(12).at[jnp.array([0, 4, 8])].set(jnp.array(TORQUES))
     system = ukjax.ConstrainedSystem(ukjax.Forced(m.system, lambda t, q, qd: torque), m.constraints)
 
-    def violation(sensors):
+    def violation(sensors, qpos):
         tips = sensors.reshape(sensors.shape[:-1] + (3, 3))[..., :2]
         return np.max(np.abs(tips[..., 1:, :] - tips[..., :1, :]))
 
@@ -110,6 +116,39 @@ def from_file():
         np.array(TORQUES),
         violation,
     )
+
+
+CASSIE = Path(__file__).resolve().parents[2] / "shared" / "robots" / "cassie.xml"
+
+
+def cassie():
+    """Agility's Cassie (MuJoCo Menagerie, meshes stripped: a free pelvis, two ball joints, four
+    `connect` loops) read from the one file by both, falling from its home keyframe under
+    gravity: ukjax's loops exact (start projected onto them), MuJoCo's soft; the joint limits
+    that ukjax does not model are disabled in MuJoCo too (the file has no geoms to collide)."""
+    import mujoco
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # limits and clamps named; the keyframe projected
+        m = models.from_mjcf(CASSIE, keyframe="home")
+    xml = CASSIE.read_text().replace(
+        '<option timestep="0.0005"/>', f'<option timestep="{DT}" integrator="RK4"><flag limit="disable"/></option>'
+    )
+    mjm = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(mjm)
+
+    def violation(sensors, qpos):
+        # MuJoCo's loop closure from its equality rows, at every 10th step of up to 32 members
+        worst = 0.0
+        for x in qpos[:32, ::10].reshape(-1, mjm.nq):
+            d.qpos[:] = x
+            mujoco.mj_forward(mjm, d)
+            worst = max(worst, float(np.max(np.abs(d.efc_pos[: 3 * mjm.neq]))))
+        return worst
+
+    qpos = np.asarray(m.state_to_mujoco(m.q0, m.qd0)[0])
+    system = ukjax.ConstrainedSystem(m.system, m.constraints)
+    return "Cassie, one MJCF file", system, m.q0, xml, qpos, np.zeros(0), violation
 
 
 def run_ukjax(system, q0, batch, steps):
@@ -156,9 +195,9 @@ def run_mujoco(xml, qpos, ctrl, batch, steps, violation):
     datas = [mujoco.MjData(model) for _ in range(CORES)]
     rollout.rollout(model, datas, initial[:CORES], None if control is None else control[:CORES], nstep=steps)
     start = time.perf_counter()
-    _, sensors = rollout.rollout(model, datas, initial, control, nstep=steps)
+    states, sensors = rollout.rollout(model, datas, initial, control, nstep=steps)
     elapsed = time.perf_counter() - start
-    return batch * steps / elapsed, violation(sensors)
+    return batch * steps / elapsed, violation(sensors, states[..., 1 : 1 + model.nq])
 
 
 def run_mjx(xml, qpos, ctrl, batch, steps, violation):
@@ -175,15 +214,15 @@ def run_mjx(xml, qpos, ctrl, batch, steps, violation):
     def simulate(d):
         def step(d, _):
             d = mjx.step(mx, d)
-            return d, d.sensordata
+            return d, (d.sensordata, d.qpos)
 
         return jax.lax.scan(step, d, None, length=steps)[1]
 
     jax.block_until_ready(simulate(dx))
     start = time.perf_counter()
-    sensors = jax.block_until_ready(simulate(dx))
+    sensors, qpos = jax.block_until_ready(simulate(dx))
     elapsed = time.perf_counter() - start
-    return batch * steps / elapsed, violation(np.asarray(sensors))
+    return batch * steps / elapsed, violation(np.asarray(sensors), np.asarray(qpos))
 
 
 def main(
@@ -209,7 +248,12 @@ def main(
     )
     print(f"{'mechanism':30s} {'simulator':8s} {'M steps/s':>10s} {'ratio':>7s} {'violation':>10s}")
     ratios, violations, failures = [], [], {}
-    for name, system, q0, xml, qpos, ctrl, violation in (coordinated(), parallel(), from_file()):
+    cases = [coordinated(), parallel(), from_file()]
+    if CASSIE.is_file():
+        cases.append(cassie())
+    else:
+        print(f"(Cassie left out: no {CASSIE})")
+    for name, system, q0, xml, qpos, ctrl, violation in cases:
         uk_rate, uk_violation, compile_s, failed = run_ukjax(system, q0, args.batch, args.steps)
         mj_rate, mj_violation = run_mujoco(xml, qpos, ctrl, args.batch, args.steps, violation)
         rows = [("ukjax", uk_rate, uk_violation), ("mujoco", mj_rate, mj_violation)]

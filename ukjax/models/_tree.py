@@ -45,10 +45,11 @@ def _force_cross(V, F):
 
 
 def _apply_inertia(inertia, S):
-    """The spatial inertia `(m, h = m c, Ī = rotational inertia about the origin)` times `S`."""
+    """The spatial inertia `(m, h = m c, Ī = rotational inertia about the origin)` times `S`
+    (for one body, or stacked over bodies along a leading axis)."""
     m, h, inertia_o = inertia
     w, v = S
-    return inertia_o @ w + jnp.cross(h, v), m * v + jnp.cross(w, h)
+    return jnp.einsum("...ij,...j->...i", inertia_o, w) + jnp.cross(h, v), m[..., None] * v + jnp.cross(w, h)
 
 
 def _dot(S, F):
@@ -404,14 +405,19 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         )
 
     def _inertias(self, kin: Kinematics):
-        """Each body's spatial inertia `(m, m c, Ī)` about the world origin."""
-        out = []
-        for body in range(len(self.parents)):
-            R, m = kin.rotations[body], self.masses[body]
-            c = kin.positions[body] + R @ self.coms[body]
-            inertia_c = R @ self.inertias[body] @ R.T
-            out.append((m, m * c, inertia_c + m * ((c @ c) * jnp.eye(3, dtype=c.dtype) - jnp.outer(c, c))))
-        return out
+        """Every body's spatial inertia `(m, m c, Ī)` about the world origin, stacked: shapes
+        (b,), (b, 3), (b, 3, 3)."""
+        R, m = kin.rotations, self.masses
+        c = kin.positions + jnp.einsum("bij,bj->bi", R, self.coms)
+        inertia_c = R @ self.inertias @ jnp.swapaxes(R, 1, 2)
+        parallel = jnp.einsum("bi,bi->b", c, c)[:, None, None] * jnp.eye(3, dtype=c.dtype) - c[:, :, None] * c[:, None, :]
+        return m, m[:, None] * c, inertia_c + m[:, None, None] * parallel
+
+    def _subtrees(self) -> np.ndarray:
+        """`D` with `Dᵢⱼ = 1` where body `j` is in the subtree of body `i` (itself included):
+        `D @ x` sums a per-body quantity over each subtree (composite inertias, wrenches)."""
+        b = len(self.parents)
+        return np.array([[float(i in self._ancestors(j)) for j in range(b)] for i in range(b)])
 
     def _ancestors(self, body: int) -> set[int]:
         chain = set()
@@ -490,18 +496,15 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
 
     def mass_matrix(self, t, q):
         kin = self.kinematics(q)
-        composite = self._inertias(kin)
-        for body in reversed(range(len(self.parents))):
-            parent = self.parents[body]
-            if parent >= 0:
-                composite[parent] = tuple(a + b for a, b in zip(composite[parent], composite[body]))
-        bodies = self._coordinate_bodies()
+        D = self._subtrees()
+        m, h, inertia_o = self._inertias(kin)
+        bodies = np.array(self._coordinate_bodies(), dtype=int)
+        # composite inertias of the coordinates' bodies, `D` summing each subtree; then
         # Mⱼₖ = Sₖ · I_c(body of j) Sⱼ for k on j's path to the world: one spatial force per
         # coordinate and one product of all twists with all forces, so that the traced program
         # grows like n, not n² (Cassie's 35 coordinates compiled 3× slower entry by entry)
-        forces = jnp.stack(
-            [jnp.concatenate(_apply_inertia(composite[b], (S[:3], S[3:]))) for S, b in zip(kin.twists, bodies)]
-        )
+        composite = (D[bodies] @ m, D[bodies] @ h, jnp.einsum("jb,bkl->jkl", D[bodies], inertia_o))
+        forces = jnp.concatenate(_apply_inertia(composite, (kin.twists[:, :3], kin.twists[:, 3:])), axis=1)
         lower = np.array(
             [[k <= j and bodies[k] in self._ancestors(bodies[j]) for k in range(len(bodies))] for j in range(len(bodies))]
         )
@@ -518,11 +521,10 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         """`C(q, q̇) q̇ + G(q)`: Coriolis, centrifugal and gravity forces (MuJoCo's `qfrc_bias`,
         here per coordinate), by recursive Newton–Euler."""
         kin = self.kinematics(q)
-        inertias = self._inertias(kin)
         zero = jnp.zeros(3, q.dtype)
         # gravity as an upward acceleration of the base
         base_velocity, base_acceleration = (zero, zero), (zero, -self.gravity)
-        velocities, accelerations, wrenches = [], [], []
+        velocities, accelerations = [], []
         for body, parent in enumerate(self.parents):
             V = base_velocity if parent < 0 else velocities[parent]
             A = base_acceleration if parent < 0 else accelerations[parent]
@@ -532,18 +534,17 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
                 V = _add(V, motion)
             velocities.append(V)
             accelerations.append(A)
-            wrenches.append(
-                _add(_apply_inertia(inertias[body], A), _force_cross(V, _apply_inertia(inertias[body], V)))
-            )
-        for body in reversed(range(len(self.parents))):
-            parent = self.parents[body]
-            if parent >= 0:
-                wrenches[parent] = _add(wrenches[parent], wrenches[body])
-        bias = [
-            _dot((kin.twists[j, :3], kin.twists[j, 3:]), wrenches[body])
-            for j, body in enumerate(self._coordinate_bodies())
-        ]
-        return jnp.stack(bias) if bias else jnp.zeros(0, q.dtype)
+        if not self.joint_kinds:
+            return jnp.zeros(0, q.dtype)
+        # every body's wrench at once, then each subtree's total (`D`)
+        inertias = self._inertias(kin)
+        V = tuple(jnp.stack([x[i] for x in velocities]) for i in range(2))
+        A = tuple(jnp.stack([x[i] for x in accelerations]) for i in range(2))
+        wrenches = jnp.concatenate(
+            _add(_apply_inertia(inertias, A), _force_cross(V, _apply_inertia(inertias, V))), axis=1
+        )
+        totals = self._subtrees() @ wrenches
+        return jnp.sum(kin.twists * totals[np.array(self._coordinate_bodies(), dtype=int)], axis=1)
 
     def forces(self, t, q, qd):
         springs = self.stiffness * (q - self.spring_reference)
