@@ -665,21 +665,23 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         chain = sorted(self._ancestors(index))
         kin = self._kinematics(q, chain)
         x = kin.positions[-1] + kin.rotations[-1] @ point
-        columns = [jnp.zeros(3, q.dtype)] * q.shape[0]
         V, A = (zero, zero), (zero, zero)
         # the chain's coordinates in order: row i of `kin.twists` is coordinate `coordinates[i]`
         groups = [group for body in chain for group in self._groups(body)]
-        row = {k: i for i, k in enumerate(k for group in groups for k in group)}
+        coordinates = [k for group in groups for k in group]
+        row = {k: i for i, k in enumerate(coordinates)}
         for group in groups:
-            S = [kin.twists[row[k]] for k in group]
-            motion = _twist_sum(S, [qd[k] for k in group])
+            motion = _twist_sum([kin.twists[row[k]] for k in group], [qd[k] for k in group])
             A = _add(A, _motion_cross(V, motion))
             V = _add(V, motion)
-            for k, twist in zip(group, S):
-                columns[k] = twist[3:] + jnp.cross(twist[:3], x)
+        # every column at once: the velocity of the point per unit rate of each coordinate
+        J = jnp.zeros((3, q.shape[0]), q.dtype)
+        if coordinates:
+            columns = kin.twists[:, 3:] + jnp.cross(kin.twists[:, :3], x)
+            J = J.at[:, np.array(coordinates, dtype=int)].set(columns.T)
         velocity = V[1] + jnp.cross(V[0], x)
         # a body-fixed point: ẍ = a_O + α × x + ω × ẋ (spatial acceleration (α, a_O))
-        return x, jnp.stack(columns, axis=-1), A[1] + jnp.cross(A[0], x) + jnp.cross(V[0], velocity)
+        return x, J, A[1] + jnp.cross(A[0], x) + jnp.cross(V[0], velocity)
 
 
 def _tree_of(system) -> RigidBodyTree:
