@@ -9,7 +9,6 @@ import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
-import pytest
 
 import ukjax
 from ukjax import models

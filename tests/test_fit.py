@@ -276,7 +276,7 @@ def test_fit_never_returns_a_non_finite_model_as_success():
     """At its minimum `‖x − x*‖` has a NaN gradient: L-BFGS's cached value stayed finite, the
     `tol` test read "no decrease" as convergence and the model came back NaN."""
     start = Quadratic(jnp.array([1.0, 2.0]))
-    loss = lambda m: jnp.linalg.norm(m.x - jnp.array([1.0, 2.0])) + jnp.sum(m.x**2)  # noqa: E731
+    loss = lambda m: jnp.linalg.norm(m.x - jnp.array([1.0, 2.0])) + jnp.sum(m.x**2)
     with pytest.warns(UserWarning, match="not finite"):
         res = ukjax.fit(loss, start, where=lambda m: m.x, tol=1e-8, progress=False)
     assert res.stop == "non-finite loss or gradient"

@@ -1,8 +1,12 @@
 """Model builders and the seeds' mechanisms."""
 
+from ._actuators import Actuated as Actuated
+from ._actuators import Actuators as Actuators
 from ._excitation import SineInputs as SineInputs
 from ._mechanisms import (
     PARALLEL_2DOF_LINKS as PARALLEL_2DOF_LINKS,
+)
+from ._mechanisms import (
     PARALLEL_2DOF_MJCF as PARALLEL_2DOF_MJCF,
 )
 from ._mechanisms import (
@@ -29,8 +33,6 @@ from ._mechanisms import (
 from ._mechanisms import (
     two_mass_spring as two_mass_spring,
 )
-from ._actuators import Actuated as Actuated
-from ._actuators import Actuators as Actuators
 from ._mjcf import from_mjcf as from_mjcf
 from ._mjcf import from_urdf as from_urdf
 from ._planar import PlanarChain as PlanarChain

@@ -264,10 +264,10 @@ def _constraints(mjm, tree: RigidBodyTree) -> tuple:
         elif kind == mujoco.mjtEq.mjEQ_WELD:
             out.append(Weld(tree, body(one), body(two), data[0:3], data[3:6], _rotation(data[6:10])))
         elif kind == mujoco.mjtEq.mjEQ_JOINT:
-            joint = lambda j: _name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint")  # noqa: E731
+            joint = lambda j: _name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint")
             out.append(JointCoupling(tree, joint(one), None if two < 0 else joint(two), data[0:5]))
         elif kind == mujoco.mjtEq.mjEQ_TENDON and all(_fixed(mjm, t) for t in (one, two) if t >= 0):
-            tendon = lambda t: _name(mjm, mujoco.mjtObj.mjOBJ_TENDON, t, "tendon")  # noqa: E731
+            tendon = lambda t: _name(mjm, mujoco.mjtObj.mjOBJ_TENDON, t, "tendon")
             out.append(TendonCoupling(tree, tendon(one), None if two < 0 else tendon(two), data[0:5]))
         else:
             raise ValueError(

@@ -8,6 +8,7 @@ the tree itself. The acceleration is that of the auxiliary system `M + γAᵀA`,
 over the norm rows (Udwadia & Phohomsiri 2006: the same motion wherever `[M; A]` has full
 column rank), so no special solver is needed."""
 
+import abc
 from collections.abc import Callable, Sequence
 
 import equinox as eqx
@@ -761,7 +762,18 @@ def _rotation_error(E: Float[Array, "3 3"]) -> Float[Array, " 3"]:
     return jnp.where(quaternion[0] < 0, -1.0, 1.0) * quaternion[1:]
 
 
-class Weld(AbstractSystemConstraint):
+class _AbstractSystemHolonomic(AbstractSystemConstraint):
+    """A holonomic constraint whose residual reads the system, differentiated twice."""
+
+    @abc.abstractmethod
+    def residual(self, system, t, q: Float[Array, " n"]) -> Float[Array, " p"]:
+        """`φ` on `system` at `(t, q)`."""
+
+    def system_rows(self, system, t, q, qd):
+        return holonomic_rows(lambda t, q: self.residual(system, t, q), t, q, qd)
+
+
+class Weld(_AbstractSystemHolonomic):
     """`body2` is fixed to `body1` (MJCF `weld`; 6 rows): the point `anchor` of `body2`
     stays at `position` in `body1`'s frame, and `body2`'s axes stay at `rotation` relative
     to `body1`'s. Rows: the position error, then MuJoCo's rotation error, the vector part of
@@ -802,11 +814,32 @@ class Weld(AbstractSystemConstraint):
         rotation = _rotation_error(R2.T @ R1 @ self.rotation)
         return jnp.concatenate([p1 + R1 @ self.position - (p2 + R2 @ self.anchor), rotation])
 
-    def system_rows(self, system, t, q, qd):
-        return holonomic_rows(lambda t, q: self.residual(system, t, q), t, q, qd)
+
+class _AbstractCoupling(_AbstractSystemHolonomic):
+    """MuJoCo's polynomial equality `x₁ = Σₖ cₖ x₂ᵏ` (k = 0…4) between two offsets from the
+    tree's reference (`x₁ = c₀` without a second)."""
+
+    coefficients: eqx.AbstractVar[Float[Array, " 5"]]
+
+    def __check_init__(self):
+        if self.coefficients.shape != (5,):
+            raise ValueError(
+                f"{type(self).__name__} needs 5 polynomial coefficients, got shape {self.coefficients.shape}."
+            )
+
+    @abc.abstractmethod
+    def offsets(self, tree: RigidBodyTree, q: Float[Array, " n"]) -> tuple[Array, Array | None]:
+        """`(x₁, x₂)` on `tree` (`x₂` None without a second joint or tendon)."""
+
+    def residual(self, system, t, q):
+        """`x₁ − Σₖ cₖ x₂ᵏ` on `system`, shape (1,)."""
+        x1, x2 = self.offsets(_tree_of(system), q)
+        if x2 is None:
+            return (x1 - self.coefficients[0])[None]
+        return (x1 - jnp.polyval(self.coefficients[::-1], x2))[None]
 
 
-class JointCoupling(AbstractSystemConstraint):
+class JointCoupling(_AbstractCoupling):
     """MJCF `joint` equality: `q₁ − r₁ = Σₖ cₖ (q₂ − r₂)ᵏ` (k = 0…4), with `rᵢ` the joints'
     reference positions (read from the system it constrains); without `joint2`,
     `q₁ − r₁ = c₀` (1 row).
@@ -828,33 +861,16 @@ class JointCoupling(AbstractSystemConstraint):
             _tree_of(tree).joint_index(name)  # raises for an unknown joint
         self.joint1, self.joint2 = joint1, joint2
         self.coefficients = as_inexact(coefficients)
-        if self.coefficients.shape != (5,):
-            raise ValueError(
-                f"JointCoupling needs 5 polynomial coefficients, got shape {self.coefficients.shape}."
-            )
 
-    def residual(self, system, t, q):
-        """`q₁ − r₁ − Σₖ cₖ (q₂ − r₂)ᵏ` on `system`, shape (1,)."""
-        tree = _tree_of(system)
-        i = tree.joint_index(self.joint1)
-        x2 = None
-        if self.joint2 is not None:
-            k = tree.joint_index(self.joint2)
-            x2 = q[k] - tree.reference[k]
-        return _coupling(q[i] - tree.reference[i], x2, self.coefficients)
+    def offsets(self, tree, q):
+        def offset(name):
+            i = tree.joint_index(name)
+            return q[i] - tree.reference[i]
 
-    def system_rows(self, system, t, q, qd):
-        return holonomic_rows(lambda t, q: self.residual(system, t, q), t, q, qd)
+        return offset(self.joint1), None if self.joint2 is None else offset(self.joint2)
 
 
-def _coupling(x1, x2, coefficients):
-    """MuJoCo's polynomial coupling `x₁ − Σₖ cₖ x₂ᵏ` (`x₁ − c₀` without `x₂`), shape (1,)."""
-    if x2 is None:
-        return (x1 - coefficients[0])[None]
-    return (x1 - jnp.polyval(coefficients[::-1], x2))[None]
-
-
-class TendonCoupling(AbstractSystemConstraint):
+class TendonCoupling(_AbstractCoupling):
     """MJCF `tendon` equality: `L₁ − L₁⁰ = Σₖ cₖ (L₂ − L₂⁰)ᵏ` (k = 0…4) for fixed tendons, with
     `Lᵢ⁰` the lengths at the tree's `reference`; without `tendon2`, `L₁ − L₁⁰ = c₀` (1 row).
 
@@ -875,20 +891,11 @@ class TendonCoupling(AbstractSystemConstraint):
             _tree_of(tree).tendon_index(name)  # raises for an unknown tendon
         self.tendon1, self.tendon2 = tendon1, tendon2
         self.coefficients = as_inexact(coefficients)
-        if self.coefficients.shape != (5,):
-            raise ValueError(
-                f"TendonCoupling needs 5 polynomial coefficients, got shape {self.coefficients.shape}."
-            )
 
-    def residual(self, system, t, q):
-        """`L₁ − L₁⁰ − Σₖ cₖ (L₂ − L₂⁰)ᵏ` on `system`, shape (1,)."""
-        tree = _tree_of(system)
-        offsets = tree.tendon_lengths(q) - tree.tendon_lengths(tree.reference)
-        x2 = None if self.tendon2 is None else offsets[tree.tendon_index(self.tendon2)]
-        return _coupling(offsets[tree.tendon_index(self.tendon1)], x2, self.coefficients)
-
-    def system_rows(self, system, t, q, qd):
-        return holonomic_rows(lambda t, q: self.residual(system, t, q), t, q, qd)
+    def offsets(self, tree, q):
+        lengths = tree.tendon_lengths(q) - tree.tendon_lengths(tree.reference)
+        first = lengths[tree.tendon_index(self.tendon1)]
+        return first, None if self.tendon2 is None else lengths[tree.tendon_index(self.tendon2)]
 
 
 class SiteConstraint(AbstractSystemConstraint):
