@@ -477,6 +477,9 @@ def test_constraints_read_the_tree_they_constrain():
     jac = jax.jacfwd(closure)(positions)
     np.testing.assert_allclose(jac[:, rocker], -np.eye(3), atol=1e-14)
     np.testing.assert_allclose(jac[:, coupler], np.eye(3), atol=1e-14)
+    # outside a system there is no tree to read: said, not guessed
+    with pytest.raises(TypeError, match="reads the system it constrains"):
+        model.constraints[0].rows(0.0, model.q0, model.qd0)
     # one copy of each parameter in the system: a fit names it once, by its place in the tree
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(csys)[0]]
     assert [p for p in paths if p.endswith(".masses")] == [".system.masses"]
