@@ -50,6 +50,8 @@ def test_dynamics_equal_mujocos_in_its_velocities():
     model = models.from_mjcf(XML)
     tree = model.system
     assert (tree.num_coordinates, tree.num_velocities) == (12, 10)
+    assert tree.coordinate_names[:4] == ("root.x", "root.y", "root.z", "root.qw")
+    assert tree.coordinate_names[7:] == ("ball.qw", "ball.qx", "ball.qy", "ball.qz", "h")
     mjm = mujoco.MjModel.from_xml_string(XML)
     d = mujoco.MjData(mjm)
     rng = np.random.default_rng(0)

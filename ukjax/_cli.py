@@ -324,7 +324,7 @@ def _simulate(args: argparse.Namespace) -> None:
         )
     print(f"  status {status}, {int(sol.stats['num_steps'])} steps, {elapsed:.1f} s with compilation; {parts}")
     fig, axes = plt.subplots(2, 1, figsize=(10, 8), constrained_layout=True)
-    for j, name in enumerate(tree.joint_names):
+    for j, name in enumerate(tree.coordinate_names):
         axes[0].plot(sol.ts, sol.q[:, j], label=name)
     axes[0].set(title=f"joint coordinates ({args.file})", xlabel="t [s]")
     axes[0].legend(fontsize=7, ncol=4)

@@ -339,6 +339,14 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
                 groups.append(range(c, c + _SIZES[self.joint_kinds[j]][0]))
         return groups
 
+    @property
+    def coordinate_names(self) -> tuple[str, ...]:
+        """One name per coordinate: the joint's, with `.x`, `.y`, `.z` and `.qw`, `.qx`, `.qy`,
+        `.qz` appended for the coordinates of free and ball joints."""
+        parts = {"hinge": [""], "slide": [""], "ball": [".qw", ".qx", ".qy", ".qz"]}
+        parts["free"] = [".x", ".y", ".z"] + parts["ball"]
+        return tuple(name + p for name, kind in zip(self.joint_names, self.joint_kinds) for p in parts[kind])
+
     def _quaternions(self) -> list[int]:
         """The first coordinate of every quaternion (ball and free joints)."""
         return [
