@@ -98,7 +98,8 @@ class AbstractSystem(eqx.Module):
 
     def constraint_levels(self, t: Time, q: Coordinates, qd: Coordinates) -> tuple[ConstraintLevel, ...]:
         """The constraints of the system tree at `(t, q, q̇)`, as `dynamics` gives them, without
-        evaluating `M` and `Q` (what `violation` and `project` need).
+        evaluating `M` and `Q` (what `violation` and `project` need). A system that brings
+        constraints of its own overrides this, and its `dynamics` returns the same levels.
 
         **Returns:**
 
