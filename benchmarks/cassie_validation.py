@@ -116,7 +116,6 @@ def main():
         model = models.from_mjcf(CASSIE, keyframe="home")
     tree = model.system
     closed = ukjax.ConstrainedSystem(tree, model.constraints)
-    rk4 = dict(solver=ukjax.RK4(), adaptive=False, dt0=H, ts=jnp.array([0.0, STEPS * H]))
 
     # open tree against MuJoCo's RK4, at two steps, and both against ukjax's Tsit5 at 1e-12
     # (MuJoCo's RK4 moves quaternions on the manifold with the stages' combined velocity,
