@@ -323,8 +323,8 @@ class LeastSquaresResult(eqx.Module):
         change = np.asarray(change, dtype=float)
         if not self.unidentifiable.size:
             return change
-        scale = np.where(self.values != 0, np.abs(self.values), 1.0)
-        lines = np.linalg.qr((self.unidentifiable * scale).T)[0]  # back to the scalars' units
+        # back to the scalars' units
+        lines = np.linalg.qr((self.unidentifiable * _relative_scale(self.values)).T)[0]
         return change - lines @ (lines.T @ change)
 
 
@@ -466,6 +466,11 @@ def fit_least_squares(
     return res
 
 
+def _relative_scale(values: np.ndarray) -> np.ndarray:
+    """What the `unidentifiable` directions divide a change by: `|θ|`, or 1 where `θ = 0`."""
+    return np.where(values != 0, np.abs(values), 1.0)
+
+
 def _statistics(J, values, positive, r, noise_std, rank_rtol):
     """Standard errors, covariance, singular values, rank and null directions.
 
@@ -491,7 +496,7 @@ def _statistics(J, values, positive, r, noise_std, rank_rtol):
     std = np.where(undetermined, np.inf, std)
     directions = null / norms
     if not positive:
-        directions = directions / np.where(values != 0, np.abs(values), 1.0)
+        directions = directions / _relative_scale(values)
     if directions.size:
         directions = np.linalg.qr(directions.T)[0].T
     return std, covariance, s, rank, directions, noise_std

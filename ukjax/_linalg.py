@@ -132,6 +132,8 @@ class GramFactor(NamedTuple):
     the span of the rows before it."""
 
     norms: Float[Array, " p"]
+    # `D⁻¹ B`, rows below the cutoff set to zero
+    unit: Float[Array, "p n"]
     G: Float[Array, "p p"]
     # True where every squared pivot is above the floor: the rows are independent, and `G`
     # is their factor (elsewhere `G` is finite but meaningless).
@@ -165,11 +167,11 @@ def gram_factor(B: Float[Array, "p n"], floor: float) -> GramFactor:
         # Only the `method="cholesky"` route comes here (the robust one takes `_library_pinv`);
         # LAPACK fills a failed factor with NaN, which `all(… > floor)` reads as dependent.
         G = jnp.linalg.cholesky(unit @ unit.T)
-        return GramFactor(norms, G, jnp.all(jnp.diagonal(G) ** 2 > floor))
+        return GramFactor(norms, unit, G, jnp.all(jnp.diagonal(G) ** 2 > floor))
     rows = _entries(unit)
     gram = [[_dot(rows[i], rows[j]) for j in range(p)] for i in range(p)]
     G, pivots = _cholesky(gram, floor)
-    return GramFactor(norms, _array(G), jnp.all(jnp.stack(pivots) > floor))
+    return GramFactor(norms, unit, _array(G), jnp.all(jnp.stack(pivots) > floor))
 
 
 def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array, Array]:
@@ -244,7 +246,7 @@ def _operator(B: Float[Array, "p n"], robust: bool):
             P = _library_pinv(B)
         else:
             factor = gram_factor(B, rank_tolerance(B.shape[0], B.dtype))
-            P = (B / factor.norms[:, None]).T @ jsl.cho_solve((factor.G, True), jnp.diag(1 / factor.norms))
+            P = factor.unit.T @ jsl.cho_solve((factor.G, True), jnp.diag(1 / factor.norms))
         return (lambda X: P @ X), (lambda Y: P.T @ Y)
     p, n = B.shape
     # The robust route factors only well separated rows (the SVD takes the rest); the fast one
@@ -252,7 +254,7 @@ def _operator(B: Float[Array, "p n"], robust: bool):
     factor = gram_factor(B, _WELL_CONDITIONED if robust else rank_tolerance(p, B.dtype))
     well = factor.independent
     G, d = _entries(factor.G), factor.norms
-    rows = _entries(B / d[:, None])  # B̂ = D⁻¹ B, B⁺ = B̂ᵀ (B̂ B̂ᵀ)⁻¹ D⁻¹ for independent rows
+    rows = _entries(factor.unit)  # B̂ = D⁻¹ B, B⁺ = B̂ᵀ (B̂ B̂ᵀ)⁻¹ D⁻¹ for independent rows
 
     def gram_solve(u):
         return _backward(G, _forward(G, u))

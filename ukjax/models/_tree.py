@@ -18,7 +18,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .._constraints import AbstractSystemConstraint, ConstraintRows, as_inexact, holonomic_rows
-from .._systems import AbstractUnconstrainedSystem, ConstraintLevel, Dynamics, check_dynamics_shapes
+from .._systems import AbstractUnconstrainedSystem, ConstraintLevel
 
 # Coordinates and velocities of each joint kind (MuJoCo's nq and nv per joint).
 _SIZES = {"hinge": (1, 1), "slide": (1, 1), "ball": (4, 3), "free": (7, 6)}
@@ -496,8 +496,9 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         return qpos, self.velocity_map(q) @ qd
 
     def _per_dof(self, q, weights, x):
-        """`Gᵀ diag(weights) G x` (armature, damping: MuJoCo applies them per degree of
-        freedom); `diag(weights) x` where every joint is a hinge or a slide."""
+        """`Gᵀ diag(weights) G x` for `x` (n,) or (n, k) (armature, damping: MuJoCo applies them
+        per degree of freedom); `diag(weights) x` where every joint is a hinge or a slide."""
+        weights = weights.reshape(weights.shape + (1,) * (x.ndim - 1))
         if not self._quaternions():
             return weights * x
         G = self.velocity_map(q)
@@ -521,10 +522,7 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         M = below + below.T - jnp.diag(jnp.diagonal(below))
         C = self.tendon_coefficients
         M = M + C.T @ (self.tendon_armature[:, None] * C)
-        if not self._quaternions():
-            return M + jnp.diag(self.armature)
-        G = self.velocity_map(q)
-        return M + G.T @ (self.armature[:, None] * G)
+        return M + self._per_dof(q, self.armature, jnp.eye(q.shape[0], dtype=q.dtype))
 
     def bias_forces(self, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, " n"]:
         """`C(q, q̇) q̇ + G(q)`: Coriolis, centrifugal and gravity forces (MuJoCo's `qfrc_bias`,
@@ -603,19 +601,14 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         return (ConstraintLevel(self.norm_rows(q, qd), None, "svd"),) if self._quaternions() else ()
 
     def dynamics(self, t, q, qd):
-        M, Q = self.mass_matrix(t, q), self.forces(t, q, qd)
-        check_dynamics_shapes(M, Q, q)
-        levels = self.constraint_levels(t, q, qd)
-        if not levels:
-            return Dynamics(M, Q, ())
-        rows = levels[0].rows
+        d = super().dynamics(t, q, qd)
+        if not d.levels:
+            return d
+        rows = d.levels[0].rows
         # M is singular along each quaternion: the auxiliary system M + γAᵀA, Q + γAᵀb moves
         # as the constrained one does, with γ of the size of the block the row completes
-        starts = self._quaternions()
-        gamma = jnp.stack([jnp.trace(M[c : c + 4, c : c + 4]) / 4 for c in starts])
-        M = M + rows.A.T @ (gamma[:, None] * rows.A)
-        Q = Q + rows.A.T @ (gamma * rows.b)
-        return Dynamics(M, Q, levels)
+        gamma = jnp.stack([jnp.trace(d.M[c : c + 4, c : c + 4]) / 4 for c in self._quaternions()])
+        return d._replace(M=d.M + rows.A.T @ (gamma[:, None] * rows.A), Q=d.Q + rows.A.T @ (gamma * rows.b))
 
     def body_pose(self, q: Float[Array, " n"], body: str) -> tuple[Float[Array, "3 3"], Float[Array, " 3"]]:
         """The rotation and position of the body `name` (its frame, not its centre of mass)."""
