@@ -131,8 +131,9 @@ def _kkt(M, f, J, Jdot_v):
 def test_cassie_against_mujocos_own_functions():
     """Agility's Cassie (free pelvis, two ball joints, four `connect` loops): the keyframe loads
     through `state_from_mujoco` and is projected onto the loops; at a random state with a
-    spinning pelvis and ball joints, the open tree's `M`, forces and `qacc` equal MuJoCo's,
-    and the closed loops' acceleration equals a KKT solve written on MuJoCo's `mj_fullM`,
+    spinning pelvis and ball joints, the open tree's `M`, forces and `qacc` equal MuJoCo's;
+    on the loops (the projected keyframe, the pelvis turned, every joint moving along them),
+    the closed loops' acceleration equals a KKT solve written on MuJoCo's `mj_fullM`,
     `qfrc_passive − qfrc_bias` and the equality rows of `efc_J` (`J̇v` by central
     differences along `mj_integratePos`); the motors' forces equal `qfrc_actuator`."""
     with pytest.warns(UserWarning):
@@ -176,17 +177,74 @@ def test_cassie_against_mujocos_own_functions():
     def terms(closed, q, qd):
         return evaluate(closed.system, q, qd)[:3] + (closed.acceleration(0.0, q, qd),)
 
-    Mq, Qq, qdd, closed_qdd = terms(closed, q, qd)
+    Mq, Qq, qdd, _ = terms(closed, q, qd)
     np.testing.assert_allclose(Mq, G.T @ M @ G, atol=1e-12)
     np.testing.assert_allclose(Qq, G.T @ f, atol=1e-10)
     np.testing.assert_allclose(G @ qdd, qacc, rtol=1e-8, atol=1e-8)
 
+    # the closed loops where they hold (the two constraint forms agree only there): the
+    # projected keyframe with the pelvis turned and spinning, the rates moved onto MuJoCo's
+    # own rows, J v = 0
+    qpos = np.array(model.state_to_mujoco(model.q0, model.qd0)[0])
+    qpos[3:7] = rng.normal(size=4)
+    qpos[3:7] /= np.linalg.norm(qpos[3:7])
     J = mujoco_terms(qpos, qvel, equality=True)[3]
     assert J.shape == (12, mjm.nv)
+    qvel = qvel - np.linalg.lstsq(J, J @ qvel, rcond=1e-12)[0]
+    M, f, _, J = mujoco_terms(qpos, qvel, equality=True)
     h, shifted = 1e-6, []
     for sign in (1, -1):
         moved = qpos.copy()
         mujoco.mj_integratePos(mjm, moved, qvel, sign * h)
         shifted.append(mujoco_terms(moved, qvel, equality=True)[3] @ qvel)
     expected = _kkt(M, f, J, (shifted[0] - shifted[1]) / (2 * h))
+    q, qd = model.state_from_mujoco(qpos, qvel)
+    G = np.asarray(tree.velocity_map(q))
+    closed_qdd = terms(closed, q, qd)[3]
     np.testing.assert_allclose(G @ closed_qdd, expected, rtol=1e-6, atol=1e-6 * np.max(np.abs(expected)))
+
+
+# A planar four-bar on a floating, tumbling frame: its `connect` has one row (along the hinges'
+# axis) that is zero whatever the state.
+FLOATING_FOURBAR = """<mujoco><option gravity="0 0 -9.81"><flag contact="disable"/></option>
+  <worldbody><body name="frame" pos="0 0 1"><freejoint/>
+    <inertial pos="0.2 0 0" mass="2" diaginertia="0.02 0.05 0.04"/>
+    <body name="crank"><joint name="a" axis="0 1 0"/><inertial pos="0.1 0 0" mass="0.3" diaginertia="1e-3 1e-3 1e-4"/>
+      <body name="coupler" pos="0.2 0 0"><joint name="b" axis="0 1 0"/>
+        <inertial pos="0.2 0 0.05" mass="0.4" diaginertia="2e-3 2e-3 1e-4"/></body></body>
+    <body name="rocker" pos="0.4 0 0"><joint name="c" axis="0 1 0"/>
+      <inertial pos="0 0 0.15" mass="0.3" diaginertia="1e-3 1e-3 1e-4"/></body></body>
+  </worldbody>
+  <equality><connect body1="coupler" body2="rocker" anchor="0.4 0 0.1"/></equality>
+  <keyframe><key name="open" qpos="0 0 1 1 0 0 0 -0.5 0.4 0.2"/></keyframe></mujoco>"""
+
+
+def test_a_planar_loop_on_a_tumbling_base():
+    """`connect` rows are the derivatives of its residual (written in `body1`'s axes) off the
+    loop with a spinning base; the row along the hinges' axis is zero there, right side
+    included, so fixed-step RK4 of the tumbling four-bar keeps its loop with consistent
+    constraints all the way (in world axes that row is zero only on the loop, and the drift
+    of the fixed step made its right side contradict it)."""
+    with pytest.warns(UserWarning, match="projected"):
+        model = models.from_mjcf(FLOATING_FOURBAR, keyframe="open")
+    tree, (connect,) = model.system, model.constraints
+    rng = np.random.default_rng(0)
+    qpos = np.array(model.state_to_mujoco(model.q0, model.qd0)[0])
+    qpos[3:7] = rng.normal(size=4)
+    qpos[3:7] /= np.linalg.norm(qpos[3:7])
+    qvel = rng.normal(size=9)
+    qvel[3:6] = [4.0, -3.0, 5.0]  # the frame tumbles
+    q, qd = model.state_from_mujoco(qpos + np.r_[np.zeros(7), 0.1, -0.2, 0.3], qvel)  # off the loop
+    rows = connect.system_rows(tree, 0.0, q, qd)
+    derived = ukjax.Holonomic(lambda t, q: connect.residual(tree, t, q)).rows(0.0, q, qd)  # by autodiff
+    for field in ("A", "b", "phi", "phid"):
+        np.testing.assert_allclose(getattr(rows, field), getattr(derived, field), atol=1e-12)
+    assert float(jnp.max(jnp.abs(rows.A[1]))) < 1e-14 and abs(float(rows.b[1])) < 1e-13
+    assert float(jnp.max(jnp.abs(rows.A[::2]))) > 0.1
+
+    closed = ukjax.ConstrainedSystem(tree, model.constraints)
+    q0, qd0 = closed.project(0.0, *model.state_from_mujoco(qpos, qvel))
+    fixed = dict(solver=ukjax.RK4(), adaptive=False, dt0=1e-3, max_steps=2000, throw=False)
+    sol = ukjax.simulate(closed, q0, qd0, 0.0, 2.0, ts=jnp.linspace(0.0, 2.0, 21), **fixed)
+    assert ukjax.Status(int(sol.status)) == ukjax.Status.SUCCESS
+    assert float(jnp.max(jnp.abs(sol.phi))) < 1e-6

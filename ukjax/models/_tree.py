@@ -10,6 +10,7 @@ column rank), so no special solver is needed."""
 
 import abc
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -107,6 +108,18 @@ class Kinematics(eqx.Module):
     rotations: Float[Array, "b 3 3"]
     positions: Float[Array, "b 3"]
     twists: Float[Array, "n 6"]
+
+
+class _BodyMotion(NamedTuple):
+    """A body-fixed point's motion and its body's rotation (`RigidBodyTree._body_motion`)."""
+
+    x: Float[Array, " 3"]
+    J: Float[Array, "3 n"]
+    bias: Float[Array, " 3"]
+    rotation: Float[Array, "3 3"]
+    omega: Float[Array, " 3"]
+    J_omega: Float[Array, "3 n"]
+    alpha: Float[Array, " 3"]
 
 
 class RigidBodyTree(AbstractUnconstrainedSystem):
@@ -659,11 +672,17 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
 
         `(x, J, J̇ q̇)`, shapes (3,), (3, n), (3,).
         """
+        return self._body_motion(q, qd, body, point)[:3]
+
+    def _body_motion(self, q, qd, body, point) -> _BodyMotion:
+        """`point_motion` with the body's own rotation `R`, angular velocity `ω`, angular
+        Jacobian `∂ω/∂q̇` and angular acceleration at `q̈ = 0` (world frame)."""
         point = as_inexact(point)
-        zero = jnp.zeros(3, q.dtype)
+        n = q.shape[0]
+        zero, J = jnp.zeros(3, q.dtype), jnp.zeros((3, n), q.dtype)
         index = self.body_index(body)
         if index < 0:
-            return point.astype(q.dtype), jnp.zeros((3, q.shape[0]), q.dtype), zero
+            return _BodyMotion(point.astype(q.dtype), J, zero, jnp.eye(3, dtype=q.dtype), zero, J, zero)
         chain = sorted(self._ancestors(index))
         kin = self._kinematics(q, chain)
         x = kin.positions[-1] + kin.rotations[-1] @ point
@@ -677,13 +696,15 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
             A = _add(A, _motion_cross(V, motion))
             V = _add(V, motion)
         # every column at once: the velocity of the point per unit rate of each coordinate
-        J = jnp.zeros((3, q.shape[0]), q.dtype)
+        Jw = J
         if coordinates:
-            columns = kin.twists[:, 3:] + jnp.cross(kin.twists[:, :3], x)
-            J = J.at[:, np.array(coordinates, dtype=int)].set(columns.T)
+            columns = np.array(coordinates, dtype=int)
+            J = J.at[:, columns].set((kin.twists[:, 3:] + jnp.cross(kin.twists[:, :3], x)).T)
+            Jw = Jw.at[:, columns].set(kin.twists[:, :3].T)
         velocity = V[1] + jnp.cross(V[0], x)
         # a body-fixed point: ẍ = a_O + α × x + ω × ẋ (spatial acceleration (α, a_O))
-        return x, J, A[1] + jnp.cross(A[0], x) + jnp.cross(V[0], velocity)
+        bias = A[1] + jnp.cross(A[0], x) + jnp.cross(V[0], velocity)
+        return _BodyMotion(x, J, bias, kin.rotations[-1], V[0], Jw, A[0])
 
 
 def _tree_of(system) -> RigidBodyTree:
@@ -700,9 +721,13 @@ def _tree_of(system) -> RigidBodyTree:
 
 class Connect(AbstractSystemConstraint):
     """A point fixed in `body1` coincides with a point fixed in `body2` (MJCF `connect`: a ball
-    joint closing a loop; 3 rows). `body2 = "world"` pins the point in space. Its rows come
-    from the tree's joint twists ([`ukjax.models.RigidBodyTree.point_motion`][]), read from
-    the system it constrains when evaluated.
+    joint closing a loop; 3 rows). `body2 = "world"` pins the point in space. The gap is
+    written in `body1`'s frame, `R₁ᵀ (x₁ − x₂)` (Pinocchio's local frame; MuJoCo's `efc_pos`
+    is `R₁` times it): a planar loop then has one row that is zero and stays zero off the
+    loop, where in world axes that row is zero only on the loop and an integrator's drift
+    would make its right side contradict it. Its rows come from the tree's joint twists
+    ([`ukjax.models.RigidBodyTree.point_motion`][]), read from the system it constrains when
+    evaluated.
 
     **Arguments:**
 
@@ -726,18 +751,22 @@ class Connect(AbstractSystemConstraint):
         self.anchor1, self.anchor2 = as_inexact(anchor1), as_inexact(anchor2)
 
     def residual(self, system, t, q: Float[Array, " n"]) -> Float[Array, " 3"]:
-        """The gap between the two points on `system`."""
+        """The gap between the two points on `system`, in `body1`'s axes."""
         tree = _tree_of(system)
-        return tree.point_position(q, self.body1, self.anchor1) - tree.point_position(
-            q, self.body2, self.anchor2
-        )
+        R1, p1 = tree.body_pose(q, self.body1)
+        return self.anchor1 - R1.T @ (tree.point_position(q, self.body2, self.anchor2) - p1)
 
     def system_rows(self, system, t, q, qd):
         tree = _tree_of(system)
-        x1, J1, a1 = tree.point_motion(q, qd, self.body1, self.anchor1)
+        one = tree._body_motion(q, qd, self.body1, self.anchor1)
         x2, J2, a2 = tree.point_motion(q, qd, self.body2, self.anchor2)
-        A = J1 - J2
-        return ConstraintRows(A, a2 - a1, x1 - x2, A @ qd)
+        # s = R₁ᵀ r with r = x₁ − x₂ and Ṙ₁ = [ω]× R₁:
+        # s̈ = R₁ᵀ (r̈ − ω̇ × r − 2 ω × ṙ + ω × (ω × r))
+        r, Jr = one.x - x2, one.J - J2
+        rd, w = Jr @ qd, one.omega
+        A = one.rotation.T @ (Jr + jnp.cross(r, one.J_omega.T).T)
+        bias = one.bias - a2 + jnp.cross(r, one.alpha) - 2 * jnp.cross(w, rd) + jnp.cross(w, jnp.cross(w, r))
+        return ConstraintRows(A, -one.rotation.T @ bias, one.rotation.T @ r, A @ qd)
 
 
 def _rotation_error(E: Float[Array, "3 3"]) -> Float[Array, " 3"]:
