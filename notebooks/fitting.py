@@ -17,11 +17,8 @@ from pathlib import Path
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import matplotlib
-import numpy as np
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 import ukjax

@@ -15,9 +15,6 @@ from pathlib import Path
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 jax.config.update("jax_enable_x64", True)
@@ -82,3 +79,17 @@ for ax in axes.flat:
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
 fig.savefig(FIGURES / "parallel_2dof.png", dpi=110)
+
+# %% [markdown]
+# The tracking run in motion (`ukjax.animate`): the three chains, their fixed bases and the
+# joined ends (red: the gaps the constraints keep closed).
+
+# %%
+gif = FIGURES / "parallel_2dof.gif"
+_ = ukjax.animate(ctrl.closed_loop(), tracking, gif, fps=20, every=max(1, len(tracking.ts) // 60))
+if "get_ipython" in globals():  # run as a notebook (the documentation site): show it
+    import base64
+
+    from IPython.display import HTML, display
+
+    display(HTML(f'<img src="data:image/gif;base64,{base64.b64encode(gif.read_bytes()).decode()}">'))

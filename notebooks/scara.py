@@ -14,9 +14,6 @@ from pathlib import Path
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 jax.config.update("jax_enable_x64", True)
@@ -63,3 +60,18 @@ for ax in axes.flat:
     ax.legend(fontsize=6)
     ax.grid(alpha=0.3)
 fig.savefig(FIGURES / "scara.png", dpi=110)
+
+# %% [markdown]
+# The stabilized arm in motion (`ukjax.animate`): the column, the two arms and the tool's
+# slide, with the tool's gap to the point of the path where it should be in red.
+
+# %%
+stabilized = ukjax.ConstrainedSystem(arm, model.constraints, ukjax.Baumgarte(0.5, 200.0))
+gif = FIGURES / "scara.gif"
+_ = ukjax.animate(stabilized, runs["Baumgarte α=0.5, β=200"][0], gif, fps=20, every=10)
+if "get_ipython" in globals():  # run as a notebook (the documentation site): show it
+    import base64
+
+    from IPython.display import HTML, display
+
+    display(HTML(f'<img src="data:image/gif;base64,{base64.b64encode(gif.read_bytes()).decode()}">'))

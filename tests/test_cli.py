@@ -1,7 +1,10 @@
 """The CLI's commands at short horizons: the main job `ukjax scara`, the coordinated robots' control
-demo and the identification demo `ukjax fit` (the closed chain's identification is checked here)."""
+demo (each with its animation beside its plot) and the identification demo `ukjax fit` (the
+closed chain's identification is checked here)."""
 
 import re
+
+from PIL import Image
 
 from ukjax._cli import main
 
@@ -15,6 +18,7 @@ def test_scara_main_job(tmp_path, capsys):
     assert abs(z_errors[1]) < 1e-2 * abs(z_errors[0])
     assert "succeeded 4/4" in text
     assert out.stat().st_size > 10_000
+    assert Image.open(out.with_suffix(".gif")).n_frames == 21  # the stabilized run, every save
 
 
 def test_coordinated_control_demo(tmp_path, capsys):
@@ -24,6 +28,7 @@ def test_coordinated_control_demo(tmp_path, capsys):
     errors = [float(e) for e in re.findall(r"object tracking error (\d\.\d+e[+-]\d+)", text)]
     assert errors[0] < 1e-8 < errors[1]  # exact tracks, the seed's formula does not
     assert out.stat().st_size > 10_000
+    assert Image.open(out.with_suffix(".gif")).n_frames == 11
 
 
 def test_fit_demo(tmp_path, capsys):

@@ -14,6 +14,7 @@ import mujoco
 import numpy as np
 import pinocchio as pin
 import pytest
+from PIL import Image
 
 import ukjax
 from ukjax import models
@@ -453,12 +454,13 @@ def test_gradient_reaches_imported_parameters():
 
 def test_simulate_command(tmp_path, capfd):
     """With its progress meter on (a pipe here: a line per tenth of the run, no carriage
-    returns), and a clear error for a bad keyframe instead of a traceback."""
+    returns), an animation of every saved time, and a clear error for a bad keyframe instead of a traceback."""
     out = tmp_path / "fourbar.png"
     args = ["simulate", str(EXAMPLES / "fourbar.xml"), "--t1", "1", "--saves", "21", "--out", str(out)]
-    main(args + ["--keyframe", "swinging"])
+    main(args + ["--keyframe", "swinging", "--gif", str(tmp_path / "fourbar.gif")])
     text, err = capfd.readouterr()
     assert "3 bodies, 3 joints, 1 constraints (3 rows)" in text and "status SUCCESS" in text
+    assert Image.open(tmp_path / "fourbar.gif").n_frames == 21 and "(21 frames)" in text
     assert float(re.search(r"max constraint violation (\S+)", text).group(1)) < 1e-9
     assert out.stat().st_size > 10_000
     assert "\r" not in text + err and "100.00%" in text and text.count("%\n") <= 12

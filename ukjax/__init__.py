@@ -1,6 +1,8 @@
 """ukjax: differentiable constrained multibody dynamics by the Udwadia–Kalaba equation."""
 
 from . import models as models
+from ._animate import Sketch as Sketch
+from ._animate import animate as animate
 from ._batch import simulate_batch as simulate_batch
 from ._constraints import (
     AbstractConstraint as AbstractConstraint,

@@ -3,6 +3,7 @@
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import jax
 
@@ -15,6 +16,15 @@ def _meter(quiet: bool):
     if quiet:
         return diffrax.NoProgressMeter()
     return diffrax.TqdmProgressMeter() if sys.stderr.isatty() else diffrax.TextProgressMeter(minimum_increase=0.1)
+
+
+def _animation(system, sol, path) -> None:
+    """Write `sol` of `system` as an animation of at most ~120 frames, and say where."""
+    import ukjax
+
+    every = max(1, sol.ts.shape[0] // 120)
+    ukjax.animate(system, sol, path, fps=20, every=every)
+    print(f"animation written to {path} ({-(-sol.ts.shape[0] // every)} frames)")
 
 
 def _scara(args: argparse.Namespace) -> None:
@@ -117,6 +127,7 @@ def _scara(args: argparse.Namespace) -> None:
     fig.suptitle("SCARA arm under trajectory constraints (seed 001), ukjax")
     fig.savefig(args.out, dpi=120)
     print(f"plot written to {args.out}")
+    _animation(system, sol, Path(args.out).with_suffix(".gif"))  # the stabilized run
 
 
 def _coordinated(args: argparse.Namespace) -> None:
@@ -146,6 +157,7 @@ def _coordinated(args: argparse.Namespace) -> None:
     )
     print("seed 002 figs. 9–14: u1 [0,10] u2 [3,5] u3 [-8,-5.5] u4 [4.5,10] u5 [-4.5,0.5] u6 [-5,0]")
     fig, axes = plt.subplots(2, 1, figsize=(10, 8), constrained_layout=True)
+    runs = {}
     for (name, ctrl), style in zip(controllers.items(), ("-", "--")):
         print(f"[{name}]")
         start = time.perf_counter()
@@ -163,6 +175,7 @@ def _coordinated(args: argparse.Namespace) -> None:
             )
         )
         elapsed = time.perf_counter() - start
+        runs[name] = sol
         u = eqx.filter_jit(eqx.filter_vmap(ctrl))(sol.ts, sol.q, sol.qd)
         closure = eqx.filter_jit(eqx.filter_vmap(passive.violation))(sol.ts, sol.q, sol.qd)[0]
         print(
@@ -182,6 +195,8 @@ def _coordinated(args: argparse.Namespace) -> None:
         ax.grid(alpha=0.3)
     fig.savefig(args.out, dpi=120)
     print(f"plot written to {args.out}")
+    exact = next(iter(controllers))
+    _animation(controllers[exact].closed_loop(), runs[exact], Path(args.out).with_suffix(".gif"))
 
 
 def _fit(args: argparse.Namespace) -> None:
@@ -334,6 +349,8 @@ def _simulate(args: argparse.Namespace) -> None:
         ax.grid(alpha=0.3)
     fig.savefig(args.out, dpi=120)
     print(f"plot written to {args.out}")
+    if args.gif:
+        _animation(system, sol, args.gif)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -347,7 +364,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--beta", type=float, default=200.0, help="Baumgarte β (seed 001: 200)")
     p.add_argument("--tol", type=float, default=1e-10, help="rtol = atol of the integrator")
     p.add_argument("--batch", type=int, default=256, help="batch size of the vmap benchmark")
-    p.add_argument("--out", default="scara.png", help="where to write the plot")
+    p.add_argument("--out", default="scara.png", help="where to write the plot (the animation beside it, .gif)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=_scara)
     p = commands.add_parser(
@@ -359,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
         "--seed-gain", type=float, default=50.0, help="α = β of the seed's Baumgarte form φ̈ + 2αφ̇ + β²φ"
     )
     p.add_argument("--tol", type=float, default=1e-10, help="rtol = atol of the integrator")
-    p.add_argument("--out", default="coordinated.png", help="where to write the plot")
+    p.add_argument("--out", default="coordinated.png", help="where to write the plot (the animation beside it, .gif)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=_coordinated)
     p = commands.add_parser(
@@ -381,6 +398,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--beta", type=float, default=0.0, help="Baumgarte β (default: none)")
     p.add_argument("--tol", type=float, default=1e-10, help="rtol = atol of the integrator")
     p.add_argument("--out", default="simulate.png", help="where to write the plot")
+    p.add_argument("--gif", default=None, help="also write an animation here (.gif, or .mp4 with ffmpeg)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=_simulate)
     p = commands.add_parser(

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Real
 
+from ._animate import Sketch
 from ._linalg import UNROLL_MAX
 
 
@@ -60,6 +61,11 @@ class AbstractConstraint(eqx.Module):
 
         A `ConstraintRows` with `A` (p, n), `b` (p,) and the residuals `phi`, `phid` (p,).
         """
+
+    def sketch(self, system, t: Real[ArrayLike, ""], q: Float[Array, " n"]) -> Sketch | None:
+        """What the constraint adds to a drawing of `system` at `(t, q)` (a loop closure's
+        gap), or None (the default: nothing)."""
+        return None
 
 
 def holonomic_rows(phi: Callable, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> ConstraintRows:

@@ -148,6 +148,9 @@ class ClosedLoop(AbstractSystem):
     def mass_matrix(self, t, q):
         return self.control.system.mass_matrix(t, q)
 
+    def sketch(self, t, q):
+        return self.control.system.sketch(t, q)
+
     def forces(self, t, q, qd):
         return self.control.system.forces(t, q, qd) + self.control.actuation @ self.control(t, q, qd)
 

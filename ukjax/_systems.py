@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jaxtyping import Array, ArrayLike, Float, Real
 
+from ._animate import Sketch, join
 from ._constraints import AbstractConstraint, Baumgarte, ConstraintRows, stack_rows
 from ._core import Method, UKSolution, check_method, check_shapes, free_solve, uk_solve
 
@@ -106,6 +107,19 @@ class AbstractSystem(eqx.Module):
         One [`ukjax.ConstraintLevel`][] per U-K solve (none for an unconstrained system).
         """
         return ()
+
+    def sketch(self, t: Time, q: Coordinates) -> Sketch:
+        """A stick figure of the configuration `q` at time `t`, what [`ukjax.animate`][]
+        draws. Systems with a geometry override this; wrappers draw what they wrap.
+
+        **Returns:**
+
+        A [`ukjax.Sketch`][].
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not say how it is drawn: give it a sketch(t, q) method "
+            "returning a ukjax.Sketch."
+        )
 
     def solve(self, t: Time, q: Coordinates, qd: Coordinates) -> UKSolution:
         """The U-K solve at `(t, q, q̇)` with its diagnostics (no runtime checks).
@@ -298,6 +312,9 @@ class ConstrainedSystem(AbstractSystem):
     def num_coordinates(self) -> int:
         return self.system.num_coordinates
 
+    def sketch(self, t, q):
+        return join(self.system.sketch(t, q), *(c.sketch(self.system, t, q) for c in self.constraints))
+
     def rows(self, t: Time, q: Coordinates, qd: Coordinates) -> ConstraintRows:
         """The stacked rows of this level's constraints (not the inner ones), `b` stabilized."""
         rows = stack_rows(self.constraints, self.system, t, q, qd)
@@ -386,6 +403,9 @@ class Forced(AbstractSystem):
     def forces(self, t, q, qd):
         return self.system.forces(t, q, qd) + jnp.asarray(self.force(t, q, qd))
 
+    def sketch(self, t, q):
+        return self.system.sketch(t, q)
+
     def constraint_levels(self, t, q, qd):
         return self.system.constraint_levels(t, q, qd)
 
@@ -463,6 +483,9 @@ class ComposedSystem(AbstractSystem):
                 f"The composed system has {self.num_coordinates} coordinates ({dict(zip(self.names, self.sizes))}), "
                 f"but q has shape {q.shape}."
             )
+
+    def sketch(self, t, q):
+        return join(*(p.sketch(t, self.part(q, name)) for name, p in self.parts.items()))
 
     def mass_matrix(self, t, q):
         self._check(q)

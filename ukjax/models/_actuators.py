@@ -120,6 +120,9 @@ class Actuated(AbstractSystem):
     def num_coordinates(self) -> int:
         return self.system.num_coordinates
 
+    def sketch(self, t, q):
+        return self.system.sketch(t, q)
+
     def _actuation(self, t, q, qd):
         return self.actuators.forces(_tree_of(self.system), q, qd, self.control(t, q, qd))
 

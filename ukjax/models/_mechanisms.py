@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._animate import Sketch
 from .._constraints import AbstractHolonomic, as_inexact
 from .._systems import AbstractSystem, AbstractUnconstrainedSystem, ComposedSystem, ConstrainedSystem
 from ._planar import PlanarChain
@@ -28,6 +29,11 @@ class TwoMassSpring(AbstractUnconstrainedSystem):
     def forces(self, t, q, qd):
         f = self.k * (q[1] - q[0] - self.l)
         return jnp.stack([f, -f])
+
+    def sketch(self, t, q):
+        """The two masses on the x axis and the spring between them."""
+        P = jnp.stack([q, jnp.zeros_like(q)], axis=1)
+        return Sketch(P[None], P)
 
 
 class SpringLength(AbstractHolonomic):
@@ -96,17 +102,18 @@ def coordinated_robots(
     return Model(chain, (closure,), q0, jnp.zeros(5), servo=(ObjectTrajectory(chain),), actuation=actuation)
 
 
-# The same robot as MJCF (bases hinged to the ground, tips joined by two site `connect`s, a
-# motor at each base, keyframe "start" = seed 000's configuration), for `from_mjcf` and MuJoCo.
 PARALLEL_2DOF_MJCF = Path(__file__).parent / "parallel_2dof.xml"
+"""The parallel robot of `parallel_2dof` as an MJCF file (bases hinged to the ground, tips
+joined by two site `connect`s, a motor at each base, keyframe "start" = seed 000's
+configuration), for [`ukjax.models.from_mjcf`][] and MuJoCo."""
 
-# Seed 000 Table 2: (length, centre-of-mass distance, mass, inertia about the centre of mass)
-# of links a (active, at the base) and b (passive) of chains 1–3.
 PARALLEL_2DOF_LINKS = {
     "chain1": ((0.244, 0.1150, 1.2525, 0.0124), (0.244, 0.1621, 1.0771, 0.0098)),
     "chain2": ((0.244, 0.0657, 1.3663, 0.0122), (0.244, 0.1096, 0.4132, 0.0036)),
     "chain3": ((0.244, 0.0657, 1.3663, 0.0122), (0.244, 0.1096, 0.4132, 0.0036)),
 }
+"""Seed 000's Table 2: (length, centre-of-mass distance, mass, inertia about the centre of
+mass) of links a (active, at the base) and b (passive) of chains 1–3."""
 
 
 class PointTrajectory(AbstractHolonomic):
@@ -122,10 +129,12 @@ class PointTrajectory(AbstractHolonomic):
         return self.point(self.system, q) - self.centre - jnp.stack([self.amplitude * jnp.cos(t), 0.0 * t])
 
 
-# Seed 000 §4.1, as printed (NumPy, so that it keeps float64 whatever JAX's mode at import).
+# (NumPy, so that it keeps float64 whatever JAX's mode at import)
 PARALLEL_2DOF_Q0 = np.array(
     [1.3015, -2.1752, 0.0, 0.25, 2.9105, -1.4593, 0.43, 0.0, 2.981, 1.8776, 0.4269, 0.5005]
 )
+"""Seed 000 §4.1's start of the parallel robot as printed, `[qa_i, qb_i, xa_i, ya_i]` for
+i = 1..3 (four digits: the tips miss each other by 3.5e-5 m)."""
 
 
 def parallel_2dof() -> Model:

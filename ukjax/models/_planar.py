@@ -4,6 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from .._animate import Sketch
 from .._constraints import as_inexact
 from .._linalg import UNROLL_MAX
 from .._systems import AbstractUnconstrainedSystem
@@ -94,6 +95,11 @@ class PlanarChain(AbstractUnconstrainedSystem):
         base = q[k : k + 2] if self.floating_base else self.base
         theta = q[:k] if self.absolute else jnp.stack([sum(q[: i + 1]) for i in range(k)])
         return theta, base
+
+    def sketch(self, t, q):
+        """The links from the base to the tip, the joints as points (2D)."""
+        P = self.joint_positions(q)
+        return Sketch(jnp.stack([P[:-1], P[1:]], axis=1), P)
 
     def joint_positions(self, q: Float[Array, " n"]) -> Float[Array, "k+1 2"]:
         """Positions of the base (row 0), the joints, and the tip (row k)."""

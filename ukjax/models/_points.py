@@ -4,6 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .._animate import Sketch
 from .._constraints import AbstractHolonomic
 from .._systems import AbstractSystem, ComposedSystem
 
@@ -48,5 +49,12 @@ class PointConstraint(AbstractHolonomic):
     b: JointPoint | Float[Array, " d"]
 
     def residual(self, t, q):
-        target = self.b(self.system, q) if isinstance(self.b, JointPoint) else jnp.asarray(self.b)
-        return self.a(self.system, q) - target
+        return self.a(self.system, q) - self._target(q)
+
+    def _target(self, q):
+        return self.b(self.system, q) if isinstance(self.b, JointPoint) else jnp.asarray(self.b, q.dtype)
+
+    def sketch(self, system, t, q):
+        """The gap between the two points (the fixed location drawn as a point)."""
+        a, b = self.a(self.system, q), self._target(q)
+        return Sketch(jnp.zeros((0, 2, a.shape[0]), q.dtype), b[None], jnp.stack([a, b])[None])

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from .._animate import Sketch
 from .._constraints import AbstractConstraint, AbstractHolonomic, as_inexact
 from .._systems import AbstractSystem, AbstractUnconstrainedSystem
 from ._actuators import Actuated, Actuators
@@ -128,6 +129,14 @@ class ScaraArm(AbstractUnconstrainedSystem):
         gravity = jnp.stack([0 * s2, 0 * s2, 0 * s2, self.m[3] * self.g + 0 * s2])
         return -coriolis - gravity
 
+    def sketch(self, t, q):
+        """The column, the two arms at the column's top and the tool's slide down to the tool."""
+        top = self.l0 + jnp.zeros_like(q[0])
+        elbow = jnp.stack([-self.l1 * jnp.sin(q[0]), self.l1 * jnp.cos(q[0]), top])
+        tool = self.end_effector(q)
+        P = jnp.stack([jnp.zeros(3, q.dtype), jnp.stack([0 * top, 0 * top, top]), elbow, tool.at[2].set(top), tool])
+        return Sketch(jnp.stack([P[:-1], P[1:]], axis=1), P)
+
     def end_effector(self, q: Float[Array, " 4"]) -> Float[Array, " 3"]:
         """Tool position `p(q)` of eq. 39."""
         q1, q12 = q[0], q[0] + q[1]
@@ -155,6 +164,11 @@ class ScaraTrajectory(AbstractHolonomic):
     def residual(self, t, q):
         p = self.arm.end_effector(q) - scara_reference(t)
         return jnp.stack([p[0], p[1], q[0] + q[1] + q[2], p[2]])
+
+    def sketch(self, system, t, q):
+        """The tool's gap to the path point it should be at, the path point drawn."""
+        target = scara_reference(t).astype(q.dtype)
+        return Sketch(jnp.zeros((0, 2, 3), q.dtype), target[None], jnp.stack([self.arm.end_effector(q), target])[None])
 
 
 def scara(arm: ScaraArm | None = None) -> Model:

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from .._animate import Sketch
 from .._constraints import as_inexact
 from .._systems import AbstractUnconstrainedSystem
 
@@ -119,6 +120,11 @@ class SerialChain(AbstractUnconstrainedSystem):
             g = g @ _exp(kind, self.twists[i], q[i])
             poses.append(g @ self.com_frames[i])
         return jnp.stack(poses)
+
+    def sketch(self, t, q):
+        """The base joined to each link's centre-of-mass frame in turn."""
+        P = jnp.concatenate([jnp.zeros((1, 3), q.dtype), self.link_poses(q)[:, :3, 3]])
+        return Sketch(jnp.stack([P[:-1], P[1:]], axis=1), P)
 
     def transform(self, q: Float[Array, " n"], tool_at_zero: Float[ArrayLike, "4 4"]) -> Float[Array, "4 4"]:
         """`e^{ξ̂₁q₁}⋯e^{ξ̂ₙqₙ} g(0)` for a tool frame `g(0)` (seed 001 eq. 38)."""
@@ -248,6 +254,9 @@ class LogCholeskyChain(AbstractUnconstrainedSystem):
 
     def forces(self, t, q, qd):
         return self.physical().forces(t, q, qd)
+
+    def sketch(self, t, q):
+        return self.chain.sketch(t, q)
 
     # the chain's own constraint rows (a tree's quaternion norms) come with it
     def constraint_levels(self, t, q, qd):

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from .._animate import Sketch
 from .._constraints import AbstractSystemConstraint, ConstraintRows, as_inexact, holonomic_rows
 from .._systems import AbstractUnconstrainedSystem, ConstraintLevel
 
@@ -623,6 +624,15 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         gamma = jnp.stack([jnp.trace(d.M[c : c + 4, c : c + 4]) / 4 for c in self._quaternions()])
         return d._replace(M=d.M + rows.A.T @ (gamma[:, None] * rows.A), Q=d.Q + rows.A.T @ (gamma * rows.b))
 
+    def sketch(self, t, q):
+        """Each body's origin joined to its parent's; the origins and the sites as points."""
+        kin = self.kinematics(q)
+        children = np.array([i for i, p in enumerate(self.parents) if p >= 0], dtype=int)
+        parents = np.array([self.parents[i] for i in children], dtype=int)
+        links = jnp.stack([kin.positions[parents], kin.positions[children]], axis=1)
+        sites = [self.site_position(q, name) for name in self.site_names]
+        return Sketch(links, jnp.concatenate([kin.positions, jnp.stack(sites)]) if sites else kin.positions)
+
     def body_pose(self, q: Float[Array, " n"], body: str) -> tuple[Float[Array, "3 3"], Float[Array, " 3"]]:
         """The rotation and position of the body `name` (its frame, not its centre of mass)."""
         index = self.body_index(body)
@@ -768,6 +778,18 @@ class Connect(AbstractSystemConstraint):
         bias = one.bias - a2 + jnp.cross(r, one.alpha) - 2 * jnp.cross(w, rd) + jnp.cross(w, jnp.cross(w, r))
         return ConstraintRows(A, -one.rotation.T @ bias, one.rotation.T @ r, A @ qd)
 
+    def sketch(self, system, t, q):
+        """Each body's origin joined to its anchor, and the gap between the anchors."""
+        return _two_point_sketch(_tree_of(system), q, (self.body1, self.anchor1), (self.body2, self.anchor2))
+
+
+def _two_point_sketch(tree: RigidBodyTree, q, *ends: tuple[str, Float[Array, " 3"]]) -> Sketch:
+    """Links from two bodies' origins to a point fixed in each, and the gap between the points."""
+    poses = [tree.body_pose(q, body) for body, _ in ends]
+    points = [p + R @ point for (R, p), (_, point) in zip(poses, ends)]
+    links = jnp.stack([jnp.stack([p, x]) for (_, p), x in zip(poses, points)])
+    return Sketch(links, jnp.stack(points), jnp.stack(points)[None])
+
 
 def _rotation_error(E: Float[Array, "3 3"]) -> Float[Array, " 3"]:
     """The vector part of the unit quaternion of the rotation `E`, taken with a non-negative
@@ -835,6 +857,11 @@ class Weld(_AbstractSystemHolonomic):
             as_inexact(position),
             as_inexact(rotation),
         )
+
+    def sketch(self, system, t, q):
+        """Each body's origin joined to where the anchor is and where it belongs, and the gap
+        between the two."""
+        return _two_point_sketch(_tree_of(system), q, (self.body1, self.position), (self.body2, self.anchor))
 
     def residual(self, system, t, q):
         """The position error (3) and the rotation error (3) on `system`."""

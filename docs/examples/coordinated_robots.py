@@ -1,0 +1,1 @@
+../../notebooks/coordinated_robots.py

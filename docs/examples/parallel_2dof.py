@@ -1,0 +1,1 @@
+../../notebooks/parallel_2dof.py

@@ -1,0 +1,1 @@
+../../notebooks/two_mass_spring.py
