@@ -1,6 +1,7 @@
 """Drawings of configurations (`Sketch`, what each system's `sketch` returns) and animations
 of solutions."""
 
+import warnings
 from pathlib import Path
 
 import equinox as eqx
@@ -73,7 +74,9 @@ def animate(system, sol, path: str | Path, *, fps: int = 30, every: int = 1):
     """Write an animation of a solution: each saved time `sol.ts` (every `every`-th) is one
     frame of the system's stick figure (its `sketch`), a batch's members overlaid in
     different colours, the time and the largest constraint violation in the title. Unfinished
-    members' frames (non-finite states) are left blank; the others are drawn.
+    members' frames (non-finite states) are left blank; the others are drawn. The axes stay
+    fixed, unless the mechanism travels beyond twice its own size (a robot falling or
+    flying): then the view follows it.
 
     **Arguments:**
 
@@ -123,11 +126,29 @@ def animate(system, sol, path: str | Path, *, fps: int = 30, every: int = 1):
     d = sketches.dimension
     fig = Figure(figsize=(6, 6), dpi=100)
     ax = fig.add_subplot(projection="3d" if d == 3 else None)
-    everything = np.concatenate([links.reshape(-1, d), points.reshape(-1, d), gaps.reshape(-1, d)])
-    low, high = np.nanmin(everything, axis=0), np.nanmax(everything, axis=0)
-    centre, half = (low + high) / 2, max(float(np.max(high - low)) / 2, 1e-3) * 1.05
-    for axis, c in zip("xyz", centre):
-        getattr(ax, f"set_{axis}lim")(c - half, c + half)
+    # every drawn point per frame: (frames, members × points, d)
+    frames = q.shape[1]
+    everything = np.concatenate(
+        [x.swapaxes(0, 1).reshape(frames, -1, d) for x in (links, points, gaps)], axis=1
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # all-NaN frames (nothing finished) stay NaN
+        low, high = np.nanmin(everything, axis=1), np.nanmax(everything, axis=1)
+    half = max(float(np.nanmax(high - low)) / 2, 1e-3) * 1.05
+    centres = (low + high) / 2
+    # a mechanism that travels far beyond its own size (a falling robot) is followed by the
+    # view; one that stays put is drawn in fixed axes
+    span = np.nanmax(high, axis=0) - np.nanmin(low, axis=0)
+    follow = float(np.max(span)) / 2 > 2 * half
+    fixed = (np.nanmax(high, axis=0) + np.nanmin(low, axis=0)) / 2
+
+    def view(frame):
+        centre = centres[frame] if follow and np.all(np.isfinite(centres[frame])) else fixed
+        half_ = half if follow else max(float(np.max(span)) / 2, 1e-3) * 1.05
+        for axis, c in zip("xyz", centre):
+            getattr(ax, f"set_{axis}lim")(c - half_, c + half_)
+
+    for axis in "xyz"[:d]:
         getattr(ax, f"set_{axis}label")(axis)
     if d == 3:
         ax.set_box_aspect((1, 1, 1))
@@ -146,6 +167,7 @@ def animate(system, sol, path: str | Path, *, fps: int = 30, every: int = 1):
     times = np.asarray(ts)
 
     def draw(frame):
+        view(frame)
         for member, lines in enumerate(artists):
             for line, data in zip(lines, (_polyline(links[member, frame]), points[member, frame], _polyline(gaps[member, frame]))):
                 if d == 3:
@@ -159,7 +181,6 @@ def animate(system, sol, path: str | Path, *, fps: int = 30, every: int = 1):
         title.set_text(text)
         return [line for lines in artists for line in lines] + [title]
 
-    frames = q.shape[1]
     anim = animation.FuncAnimation(fig, draw, frames=frames, blit=False)
     writer = animation.PillowWriter(fps=fps) if path.suffix == ".gif" else animation.FFMpegWriter(fps=fps)
     anim.save(str(path), writer=writer)
