@@ -141,12 +141,13 @@ def animate(system, sol, path: str | Path, *, fps: int = 30, every: int = 1):
     span = np.nanmax(high, axis=0) - np.nanmin(low, axis=0)
     follow = float(np.max(span)) / 2 > 2 * half
     fixed = (np.nanmax(high, axis=0) + np.nanmin(low, axis=0)) / 2
+    if not follow:
+        half = max(float(np.max(span)) / 2, 1e-3) * 1.05
 
     def view(frame):
         centre = centres[frame] if follow and np.all(np.isfinite(centres[frame])) else fixed
-        half_ = half if follow else max(float(np.max(span)) / 2, 1e-3) * 1.05
         for axis, c in zip("xyz", centre):
-            getattr(ax, f"set_{axis}lim")(c - half_, c + half_)
+            getattr(ax, f"set_{axis}lim")(c - half, c + half)
 
     for axis in "xyz"[:d]:
         getattr(ax, f"set_{axis}label")(axis)

@@ -630,8 +630,11 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         children = np.array([i for i, p in enumerate(self.parents) if p >= 0], dtype=int)
         parents = np.array([self.parents[i] for i in children], dtype=int)
         links = jnp.stack([kin.positions[parents], kin.positions[children]], axis=1)
-        sites = [self.site_position(q, name) for name in self.site_names]
-        return Sketch(links, jnp.concatenate([kin.positions, jnp.stack(sites)]) if sites else kin.positions)
+        # sites from the same kinematics (body −1: fixed in the world)
+        bodies = np.array(self.site_bodies, dtype=int)
+        moved = kin.positions[bodies] + jnp.einsum("sij,sj->si", kin.rotations[bodies], self.site_positions)
+        sites = jnp.where((bodies >= 0)[:, None], moved, self.site_positions)
+        return Sketch(links, jnp.concatenate([kin.positions, sites]))
 
     def body_pose(self, q: Float[Array, " n"], body: str) -> tuple[Float[Array, "3 3"], Float[Array, " 3"]]:
         """The rotation and position of the body `name` (its frame, not its centre of mass)."""
