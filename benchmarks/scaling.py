@@ -7,7 +7,7 @@ with the number of devices; compile time and memory per trajectory beside each.
    `steps` steps, `simulate_batch` on every core, batch 1, 10, …, `max-batch`.
 2. Size: a closed loop of k equal links (a `PlanarChain` hinged at the origin whose tip is
    pinned: n = k, p = 2), batch 256, k = 2 … `max-links`; per-evaluation time of the
-   whole U-K acceleration beside the throughput (k > 8 runs LAPACK on one device).
+   whole U-K acceleration beside the throughput (k > 8 takes the loop kernels).
 3. Devices: the coordinated robots at the largest batch on one device against all of them.
 
 Throughput is simulated steps per second (batch × steps / wall time) after compilation, same

@@ -1,6 +1,5 @@
 """Batches of simulations over every device: `vmap` inside a device, `shard_map` across them."""
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +10,6 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 from jaxtyping import ArrayLike, Float, Real
 
-from . import _linalg as la
 from ._simulate import Solution, simulate
 from ._systems import AbstractSystem
 
@@ -27,14 +25,6 @@ def _leaf_axes(system: AbstractSystem, system_axes: Any) -> AbstractSystem:
             "system_axes must be None, an integer, or a pytree prefix of the system with an "
             f"integer or None per part (as jax.vmap's in_axes): {error}"
         ) from None
-
-
-@eqx.filter_jit
-def _uses_lapack(system: AbstractSystem, q: jax.Array) -> bool:
-    """Whether the system's U-K solve is larger than the unrolled kernels handle. Jitted only
-    for its cache: the answer (a Python bool, static) is traced once per system structure."""
-    d = system.dynamics(jnp.zeros((), q.dtype), q, q)
-    return not la.unrolled(d.M.shape[0], *(level.rows.A.shape[0] for level in d.levels))
 
 
 def _pad(x: jax.Array, size: int) -> jax.Array:
@@ -137,18 +127,6 @@ def simulate_batch(
 
     arrays = jax.tree.map(to_front, arrays, axes, is_leaf=lambda x: x is None)
     axes = jax.tree.map(lambda axis: None if axis is None else 0, axes, is_leaf=lambda x: x is None)
-    first = jax.tree.map(
-        lambda x, axis: x if axis is None else x[0], arrays, axes, is_leaf=lambda x: x is None
-    )
-    if len(devices) > 1 and devices[0].platform == "cpu" and _uses_lapack(eqx.combine(first, static), q0[0]):
-        # Observed with jax 0.10.2: LAPACK calls (the route above la.UNROLL_MAX) on several
-        # CPU devices at once can hang the process.
-        warnings.warn(
-            f"This system's matrices are larger than the unrolled kernels' limit ({la.UNROLL_MAX}); "
-            "LAPACK on several CPU devices at once can hang, so simulate_batch runs on one device.",
-            stacklevel=2,
-        )
-        devices = devices[:1]
     size = -(-batch // len(devices)) * len(devices)
     arrays = jax.tree.map(
         lambda x, axis: x if axis is None else _pad(x, size), arrays, axes, is_leaf=lambda x: x is None

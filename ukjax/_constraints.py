@@ -1,7 +1,8 @@
 """Constraints from plain functions, reduced to the second-order form `A q̈ = b`."""
 
 import abc
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Sequence
 
 import equinox as eqx
 import jax
@@ -131,6 +132,18 @@ class AbstractSystemConstraint(AbstractConstraint):
         A `ConstraintRows` with `A` (p, n), `b` (p,) and the residuals `phi`, `phid` (p,).
         """
 
+    @classmethod
+    def stacked_rows(cls, constraints: Sequence["AbstractSystemConstraint"], system, t, q, qd) -> list[ConstraintRows]:
+        """`system_rows` of several constraints of this type on one system, in order. Types
+        whose constraints can share work (a tree's kinematics, evaluated once for all of a
+        robot's loops) override it.
+
+        **Returns:**
+
+        One `ConstraintRows` per constraint.
+        """
+        return [constraint.system_rows(system, t, q, qd) for constraint in constraints]
+
     def rows(self, t, q, qd):
         raise TypeError(
             f"{type(self).__name__} reads the system it constrains: evaluate it through "
@@ -221,17 +234,19 @@ class Baumgarte(eqx.Module):
 
 
 def stack_rows(constraints, system, t, q, qd) -> ConstraintRows:
-    """Stack the rows of several constraints on `system`, checking each against `q`."""
+    """Stack the rows of several constraints on `system`, checking each against `q`.
+    Neighbouring system constraints of one type are evaluated together (`stacked_rows`)."""
     parts = []
-    for k, constraint in enumerate(constraints):
-        if isinstance(constraint, AbstractSystemConstraint):
-            r = constraint.system_rows(system, t, q, qd)
+    for kind, group in itertools.groupby(constraints, type):
+        group = list(group)
+        if issubclass(kind, AbstractSystemConstraint):
+            parts += kind.stacked_rows(group, system, t, q, qd)
         else:
-            r = constraint.rows(t, q, qd)
+            parts += [constraint.rows(t, q, qd) for constraint in group]
+    for k, (constraint, r) in enumerate(zip(constraints, parts)):
         if r.A.shape[1:] != q.shape:
             raise ValueError(
                 f"Constraint {k} ({type(constraint).__name__}) gives A with {r.A.shape[1]} "
                 f"columns, but the system has n = {q.shape[0]} coordinates."
             )
-        parts.append(r)
     return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)

@@ -1,11 +1,13 @@
 """Small dense linear algebra written for batches.
 
 On CPU, XLA runs each LAPACK call (`potrf`, `trsm`, `gesdd`) once per matrix of a batch, in a
-loop, and never fuses it with the code around it. The matrices of mechanisms are small (a
-dozen rows), so up to `UNROLL_MAX` rows the factorizations here are unrolled into scalar
-operations at trace time: under `vmap` each becomes one elementwise operation over the batch,
-and XLA fuses the whole solve into a few loops. Above it, LAPACK, so that compile time stays
-bounded.
+loop, and never fuses it with the code around it; with several CPU devices, or large batches
+on one, programs mixing LAPACK calls with large fusions hung (jax 0.10.2). So nothing here
+calls LAPACK. Up to `UNROLL_MAX` rows the factorizations are unrolled into scalar operations
+at trace time: under `vmap` each becomes one elementwise operation over the batch, and XLA
+fuses the whole solve into a few loops. Above it, loops over columns whose steps are
+matrix-vector products (`_loop_cholesky`, `_loop_solve`): the traced program stays the same
+size whatever `n`, and each step is one operation over the whole batch.
 """
 
 import functools
@@ -13,13 +15,12 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
 # Largest matrix side that is unrolled. Measured on the parallel robot (n = 12, p = 10): unrolled,
 # 5.0 µs per vmapped solve and 8.2 s to compile; LAPACK, 18 µs and 2.5 s. The compile time
-# across the suite decided for 8 for now.
+# across the suite decided for 8.
 UNROLL_MAX = 8
 # The one-sided Jacobi SVD converges quadratically, in 5–10 sweeps at these sizes; the cap
 # only bounds a NaN input's loop.
@@ -98,11 +99,43 @@ def _backward(L: Matrix, b: Scalars) -> Scalars:
     return x
 
 
+def _loop_cholesky(M: Float[Array, "n n"], floor=None) -> tuple[Float[Array, "n n"], Float[Array, " n"]]:
+    """`_cholesky` as a loop over columns, each one matrix-vector product (left-looking):
+    the factor and its squared pivots, NaN where `M` is not positive definite unless `floor`
+    is given (as `_cholesky`)."""
+    n = M.shape[0]
+    rows = jnp.arange(n)
+
+    def column(j, state):
+        L, pivots = state
+        # L's columns from j on are still zero, so this subtracts the finished ones only
+        c = M[:, j] - L @ L[j]
+        pivot = c[j]
+        d = jnp.sqrt(pivot if floor is None else jnp.where(pivot > floor, pivot, 1.0))
+        L = L.at[:, j].set(jnp.where(rows > j, c / d, jnp.where(rows == j, d, 0.0)))
+        return L, pivots.at[j].set(pivot)
+
+    return jax.lax.fori_loop(0, n, column, (jnp.zeros_like(M), jnp.zeros(n, M.dtype)))
+
+
+def _loop_solve(L: Float[Array, "n n"], B: Float[Array, "n *k"], transpose: bool) -> Float[Array, "n *k"]:
+    """`L⁻¹ B` (or `L⁻ᵀ B`) for lower triangular `L`, one row of the solution per step."""
+    n = L.shape[0]
+    T = L.T if transpose else L
+
+    def row(k, X):
+        i = n - 1 - k if transpose else k
+        # unsolved rows of X are still zero
+        return X.at[i].set((B[i] - T[i] @ X) / T[i, i])
+
+    return jax.lax.fori_loop(0, n, row, jnp.zeros_like(B))
+
+
 def cholesky(M: Float[Array, "n n"]) -> Float[Array, "n n"]:
     """Lower Cholesky factor `L` of `M = L Lᵀ` from `M`'s lower triangle; NaN where `M` is not
     positive definite (as LAPACK's)."""
     if not unrolled(M.shape[0]):
-        return jnp.linalg.cholesky(M)
+        return _loop_cholesky(M)[0]
     return _array(_cholesky(_entries(M))[0])
 
 
@@ -111,7 +144,7 @@ def solve_lower(
 ) -> Float[Array, "n *k"]:
     """`L⁻¹ B`, or `L⁻ᵀ B` with `transpose=True`, for lower triangular `L`."""
     if not unrolled(L.shape[0]):
-        return jsl.solve_triangular(L, B, lower=True, trans=1 if transpose else 0)
+        return _loop_solve(L, B, transpose)
     solve = _backward if transpose else _forward
     Ls = _entries(L)
     if B.ndim == 1:
@@ -140,18 +173,22 @@ class GramFactor(NamedTuple):
     independent: Bool[Array, ""]
 
 
-def gram_factor(B: Float[Array, "p n"], floor: float) -> GramFactor:
+def gram_factor(B: Float[Array, "p n"], floor: float, *, drop_zero_rows: bool = False) -> GramFactor:
     """The Cholesky factor of `B`'s row-normalised Gram matrix.
 
-    Rows shorter than `jnp.linalg.pinv`'s cutoff relative to the longest row count as zero,
-    and zero rows as dependent: normalising a row at round-off scale would otherwise invert it
-    in full. No intermediate is non-finite for finite `B`.
+    Rows shorter than `jnp.linalg.pinv`'s cutoff relative to the longest row count as zero:
+    normalising a row at round-off scale would otherwise invert it in full. No intermediate
+    is non-finite for finite `B`.
 
     **Arguments:**
 
     - `B`: a `(p, n)` matrix.
     - `floor`: the smallest squared pivot (sine² of the angle between a row and the span of
       the rows before it) for which the rows count as independent.
+    - `drop_zero_rows`: False: a zero row is dependent (the rank test of
+      `method="cholesky"`). True: it is left out (a unit pivot in `G`, zero in `unit`), as the
+      pseudo-inverse leaves it out: `B⁺` has a zero column there. A planar loop written in
+      3D has such a row at every state.
 
     **Returns:**
 
@@ -163,13 +200,12 @@ def gram_factor(B: Float[Array, "p n"], floor: float) -> GramFactor:
     nonzero = norms > cutoff
     norms = jnp.where(nonzero, norms, 1)
     unit = jnp.where(nonzero[:, None], B, 0) / norms[:, None]
+    absent = jnp.where(nonzero, 0.0, 1.0) if drop_zero_rows else jnp.zeros(p, B.dtype)
     if not unrolled(p, n):
-        # Only the `method="cholesky"` route comes here (the robust one takes `_library_pinv`);
-        # LAPACK fills a failed factor with NaN, which `all(… > floor)` reads as dependent.
-        G = jnp.linalg.cholesky(unit @ unit.T)
-        return GramFactor(norms, unit, G, jnp.all(jnp.diagonal(G) ** 2 > floor))
+        G, pivots = _loop_cholesky(unit @ unit.T + jnp.diag(absent), floor)
+        return GramFactor(norms, unit, G, jnp.all(pivots > floor))
     rows = _entries(unit)
-    gram = [[_dot(rows[i], rows[j]) for j in range(p)] for i in range(p)]
+    gram = [[_dot(rows[i], rows[j]) + (absent[i] if i == j else 0.0) for j in range(p)] for i in range(p)]
     G, pivots = _cholesky(gram, floor)
     return GramFactor(norms, unit, _array(G), jnp.all(jnp.stack(pivots) > floor))
 
@@ -226,56 +262,46 @@ def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array
     return w, v, jnp.where(sigma2 > cutoff, 1 / jnp.where(sigma2 > 0, sigma2, 1), 0)
 
 
-def _library_pinv(B: Float[Array, "p n"]) -> Float[Array, "n p"]:
-    """`jnp.linalg.pinv(B)`, with a wide `B` (fewer rows than columns) taken through the QR
-    factorization `Bᵀ = Q R` as `Q (Rᵀ)⁺`: `Rᵀ` has `B`'s singular values (same cutoff, no
-    squared condition number) and the SVD is of a p × p matrix only. On GPUs cuSOLVER's
-    batched SVD takes matrices up to 32 × 32: a batch of 2 × 33 matrices ran 250× slower than
-    one of 2 × 32 (H100, `benchmarks/README.md`)."""
-    p, n = B.shape
-    if p >= n:
-        return jnp.linalg.pinv(B)
-    Q, R = jnp.linalg.qr(B.T)
-    return Q @ jnp.linalg.pinv(R.T, rtol=10 * n * jnp.finfo(B.dtype).eps)
-
-
 def _operator(B: Float[Array, "p n"], robust: bool):
     """`X ↦ B⁺ X` and `Y ↦ B⁺ᵀ Y`, for `X` (p, k) and `Y` (n, k)."""
-    if not unrolled(*B.shape):
-        if robust:
-            P = _library_pinv(B)
-        else:
-            factor = gram_factor(B, rank_tolerance(B.shape[0], B.dtype))
-            P = factor.unit.T @ jsl.cho_solve((factor.G, True), jnp.diag(1 / factor.norms))
-        return (lambda X: P @ X), (lambda Y: P.T @ Y)
     p, n = B.shape
     # The robust route factors only well separated rows (the SVD takes the rest); the fast one
     # is only ever given independent rows (`uk_solve` checks them with the same factor).
-    factor = gram_factor(B, _WELL_CONDITIONED if robust else rank_tolerance(p, B.dtype))
-    well = factor.independent
-    G, d = _entries(factor.G), factor.norms
-    rows = _entries(factor.unit)  # B̂ = D⁻¹ B, B⁺ = B̂ᵀ (B̂ B̂ᵀ)⁻¹ D⁻¹ for independent rows
+    factor = gram_factor(
+        B, _WELL_CONDITIONED if robust else rank_tolerance(p, B.dtype), drop_zero_rows=robust
+    )
+    well, d, U = factor.independent, factor.norms, factor.unit
+    # B̂ = D⁻¹ B, B⁺ = B̂ᵀ (B̂ B̂ᵀ)⁻¹ D⁻¹ for independent rows
+    if unrolled(p, n):
+        G, rows = _entries(factor.G), _entries(U)
 
-    def gram_solve(u):
-        return _backward(G, _forward(G, u))
+        def column(X):
+            y = _backward(G, _forward(G, [X[i] / d[i] for i in range(p)]))
+            return jnp.stack([_dot([rows[i][k] for i in range(p)], y) for k in range(n)])
 
-    def fast(X):
-        y = gram_solve([X[i] / d[i] for i in range(p)])
-        return jnp.stack([_dot([rows[i][k] for i in range(p)], y) for k in range(n)])
+        def column_T(Y):
+            u = [_dot(rows[i], [Y[k] for k in range(n)]) for i in range(p)]
+            y = _backward(G, _forward(G, u))
+            return jnp.stack([y[i] / d[i] for i in range(p)])
 
-    def fast_T(Y):
-        y = gram_solve([_dot(rows[i], [Y[k] for k in range(n)]) for i in range(p)])
-        return jnp.stack([y[i] / d[i] for i in range(p)])
+        fast, fast_T = jax.vmap(column, 1, 1), jax.vmap(column_T, 1, 1)
+    else:
+
+        def fast(X):
+            return U.T @ cho_solve(factor.G, X / d[:, None])
+
+        def fast_T(Y):
+            return cho_solve(factor.G, U @ Y) / d[:, None]
 
     if not robust:
-        return jax.vmap(fast, 1, 1), jax.vmap(fast_T, 1, 1)
+        return fast, fast_T
     w, v, inverse = _jacobi(B, well)
 
     def apply(X):
-        return jnp.where(well, jax.vmap(fast, 1, 1)(X), w.T @ (inverse[:, None] * (v @ X)))
+        return jnp.where(well, fast(X), w.T @ (inverse[:, None] * (v @ X)))
 
     def apply_T(Y):
-        return jnp.where(well, jax.vmap(fast_T, 1, 1)(Y), v.T @ (inverse[:, None] * (w @ Y)))
+        return jnp.where(well, fast_T(Y), v.T @ (inverse[:, None] * (w @ Y)))
 
     return apply, apply_T
 
@@ -285,8 +311,9 @@ def pinv_solve(B: Float[Array, "p n"], X: Float[Array, "p k"], robust: bool = Tr
     """`B⁺ X`, the Moore–Penrose pseudo-inverse applied to the columns of `X`, with
     `jnp.linalg.pinv`'s cutoff and its derivative (exact where the rank does not change).
 
-    Rows that are independent and well separated (`_WELL_CONDITIONED`) take the Cholesky
-    route `B̂ᵀ (B̂ B̂ᵀ)⁻¹` on the row-normalised `B̂`; anything else a one-sided Jacobi SVD.
+    Rows that are independent and well separated (`_WELL_CONDITIONED`), zero rows left out,
+    take the Cholesky route `B̂ᵀ (B̂ B̂ᵀ)⁻¹` on the row-normalised `B̂`; anything else a
+    one-sided Jacobi SVD.
     With `robust=False` only the Cholesky route, right for linearly independent rows only.
 
     **Arguments:**

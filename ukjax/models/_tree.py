@@ -9,6 +9,7 @@ over the norm rows (Udwadia & Phohomsiri 2006: the same motion wherever `[M; A]`
 column rank), so no special solver is needed."""
 
 import abc
+import functools
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -20,7 +21,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from .._animate import Sketch
 from .._constraints import AbstractSystemConstraint, ConstraintRows, as_inexact, holonomic_rows
-from .._systems import AbstractUnconstrainedSystem, ConstraintLevel
+from .._systems import AbstractUnconstrainedSystem, ConstraintLevel, Dynamics
 
 # Coordinates and velocities of each joint kind (MuJoCo's nq and nv per joint).
 _SIZES = {"hinge": (1, 1), "slide": (1, 1), "ball": (4, 3), "free": (7, 6)}
@@ -52,34 +53,48 @@ def _apply_inertia(inertia, S):
     (for one body, or stacked over bodies along a leading axis)."""
     m, h, inertia_o = inertia
     w, v = S
-    return jnp.einsum("...ij,...j->...i", inertia_o, w) + jnp.cross(h, v), m[..., None] * v + jnp.cross(w, h)
-
-
-def _dot(S, F):
-    return S[0] @ F[0] + S[1] @ F[1]
+    return _mv(inertia_o, w) + jnp.cross(h, v), m[..., None] * v + jnp.cross(w, h)
 
 
 def _add(X, Y):
     return X[0] + Y[0], X[1] + Y[1]
 
 
-def _twist_sum(twists, rates):
-    """`Σₖ Sₖ q̇ₖ` as an (angular, linear) pair, for rows `Sₖ` of `twists`."""
-    total = sum((S * rate for S, rate in zip(twists, rates)), start=jnp.zeros(6, twists[0].dtype))
-    return total[:3], total[3:]
+def _mm(A, B):
+    """`A @ B` over stacks of 3 × 3 matrices, as three products and sums (as fast as XLA's
+    dot on CPU; a dot with several batch dimensions, a vmapped batch of vmapped simulations,
+    was turned into an invalid program by XLA's layout pass)."""
+    return sum(A[..., :, k, None] * B[..., None, k, :] for k in range(3))
 
 
-def _axis_angle(axis, angle):
+def _mv(A, x):
+    """`A @ x` over stacks of 3 × 3 matrices and 3-vectors (as `_mm`)."""
+    return sum(A[..., :, k] * x[..., None, k] for k in range(3))
+
+
+def _matrix(rows):
+    """A stack of small matrices from nested lists of same-shaped arrays (entries last)."""
+    return jnp.stack([jnp.stack(row, axis=-1) for row in rows], axis=-2)
+
+
+# The three helpers below take stacks (leading axes) as well as single ones: written on
+# arrays rather than vmapped, they trace in a fraction of the time.
+
+
+def _axis_angle(axis: Float[Array, "*j 3"], angle: Float[Array, "*j"]) -> Float[Array, "*j 3 3"]:
     """Rotation by `angle` about the unit `axis` (Rodrigues)."""
-    x, y, z = axis
-    K = jnp.array([[0.0 * x, -z, y], [z, 0.0 * x, -x], [-y, x, 0.0 * x]])
-    return jnp.eye(3, dtype=axis.dtype) + jnp.sin(angle) * K + (1 - jnp.cos(angle)) * (K @ K)
+    x, y, z = (axis[..., i] for i in range(3))
+    zero = jnp.zeros_like(x)
+    K = _matrix([[zero, -z, y], [z, zero, -x], [-y, x, zero]])
+    s, c = jnp.sin(angle)[..., None, None], jnp.cos(angle)[..., None, None]
+    return jnp.eye(3, dtype=axis.dtype) + s * K + (1 - c) * _mm(K, K)
 
 
-def _quaternion_matrix(u: Float[Array, " 4"]) -> Float[Array, "3 3"]:
+def _quaternion_matrix(u: Float[Array, "*j 4"]) -> Float[Array, "*j 3 3"]:
     """The rotation of the unit quaternion `u/‖u‖`, `u = (w, x, y, z)`."""
-    w, x, y, z = u / jnp.sqrt(u @ u)
-    return jnp.array(
+    u = u / jnp.sqrt(jnp.sum(u * u, axis=-1, keepdims=True))
+    w, x, y, z = (u[..., i] for i in range(4))
+    return _matrix(
         [
             [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
             [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
@@ -88,11 +103,120 @@ def _quaternion_matrix(u: Float[Array, " 4"]) -> Float[Array, "3 3"]:
     )
 
 
-def _rate_map(u: Float[Array, " 4"]) -> Float[Array, "3 4"]:
+def _rate_map(u: Float[Array, "*j 4"]) -> Float[Array, "*j 3 4"]:
     """`E(u)` with `ω = 2 E(u) u̇` the angular velocity in the rotated (body) frame; `E(u) u = 0`,
     `E Eᵀ = I` for a unit `u`, and `E(u̇) u̇ = 0`, so that `ω̇ = 2 E(u) ü`."""
-    w, x, y, z = u
-    return jnp.array([[-x, w, z, -y], [-y, -z, w, x], [-z, y, -x, w]])
+    w, x, y, z = (u[..., i] for i in range(4))
+    return _matrix([[-x, w, z, -y], [-y, -z, w, x], [-z, y, -x, w]])
+
+
+class _Topology(NamedTuple):
+    """Index arrays and 0/1 masks of a tree's structure, so that its kinematics and dynamics are
+    a few operations over all bodies and coordinates at once rather than one per body (the
+    traced program, and XLA's compile time, then grow with the tree's depth, not its size)."""
+
+    # bodies at each depth, and their parents (the world as index b: a padded identity frame)
+    levels: tuple[tuple[np.ndarray, np.ndarray], ...]
+    # joint slots: for the s-th joint of each body that has one, the bodies and the joints
+    slots: tuple[tuple[np.ndarray, np.ndarray], ...]
+    # per joint: the parent of its body (b for the world)
+    joint_parents: np.ndarray
+    # per coordinate: its body, and its row in the stacked candidate twists
+    coordinate_bodies: np.ndarray
+    twist_rows: np.ndarray
+    # (b, n): coordinate k moves body i (k belongs to i or to an ancestor of i)
+    moves: np.ndarray
+    # (n, n): coordinate k' moves the body before coordinate k's group does (V before k)
+    before: np.ndarray
+    # (b, b): body j is in the subtree of body i (itself included)
+    subtree: np.ndarray
+    # (n, n): Mⱼₖ may be non-zero for k ≤ j (k on j's path to the world)
+    lower: np.ndarray
+    # per joint: masks of the joint kinds, and the first quaternion coordinate (0 for none)
+    hinge: np.ndarray
+    slide: np.ndarray
+    free: np.ndarray
+    quaternion: np.ndarray
+    quaternion_starts: np.ndarray
+
+
+@functools.lru_cache(maxsize=64)
+def _topology(parents: tuple[int, ...], joint_bodies: tuple[int, ...], joint_kinds: tuple[str, ...]) -> _Topology:
+    b, J = len(parents), len(joint_bodies)
+    depth = []
+    for p in parents:
+        depth.append(0 if p < 0 else depth[p] + 1)
+    world = lambda i: b if i < 0 else i  # noqa: E731
+    levels = tuple(
+        (np.array(bodies), np.array([world(parents[i]) for i in bodies]))
+        for d in range(max(depth, default=-1) + 1)
+        for bodies in [[i for i in range(b) if depth[i] == d]]
+    )
+    joints_of = [[j for j in range(J) if joint_bodies[j] == i] for i in range(b)]
+    slots = tuple(
+        (np.array([i for i in range(b) if len(joints_of[i]) > s]), np.array([js[s] for js in joints_of if len(js) > s]))
+        for s in range(max(map(len, joints_of), default=0))
+    )
+    sizes = [_SIZES[kind][0] for kind in joint_kinds]
+    starts = np.cumsum([0] + sizes)[:-1]
+    coordinate_bodies, twist_rows, groups = [], [], []
+    for j, kind in enumerate(joint_kinds):
+        body = joint_bodies[j]
+        if kind in ("hinge", "slide"):
+            rows, group = [j], [0]
+        elif kind == "ball":
+            rows, group = [J + 4 * j + i for i in range(4)], [0] * 4
+        else:  # three world translations, then the quaternion
+            rows, group = [5 * J + i for i in range(3)] + [J + 4 * j + i for i in range(4)], [0] * 3 + [1] * 4
+        coordinate_bodies += [body] * sizes[j]
+        twist_rows += rows
+        groups += [(j, g) for g in group]
+    ancestors = []
+    for i in range(b):
+        chain, k = set(), i
+        while k >= 0:
+            chain.add(k)
+            k = parents[k]
+        ancestors.append(chain)
+    n = len(coordinate_bodies)
+    moves = np.array([[float(coordinate_bodies[k] in ancestors[i]) for k in range(n)] for i in range(b)])
+    before = np.array(
+        [
+            [
+                float(
+                    coordinate_bodies[l] in ancestors[coordinate_bodies[k]] - {coordinate_bodies[k]}
+                    or (coordinate_bodies[l] == coordinate_bodies[k] and groups[l] < groups[k])
+                )
+                for l in range(n)
+            ]
+            for k in range(n)
+        ]
+    )
+    subtree = np.array([[float(i in ancestors[j]) for j in range(b)] for i in range(b)])
+    lower = np.array(
+        [[k <= j and coordinate_bodies[k] in ancestors[coordinate_bodies[j]] for k in range(n)] for j in range(n)]
+    )
+    kinds = np.array(joint_kinds, dtype=object)
+    quaternion_starts = np.array(
+        [starts[j] + (3 if kind == "free" else 0) if kind in ("ball", "free") else 0 for j, kind in enumerate(joint_kinds)],
+        dtype=int,
+    )
+    return _Topology(
+        levels,
+        slots,
+        np.array([world(parents[i]) for i in joint_bodies], dtype=int),
+        np.array(coordinate_bodies, dtype=int),
+        np.array(twist_rows, dtype=int),
+        moves,
+        before,
+        subtree,
+        lower,
+        kinds == "hinge",
+        kinds == "slide",
+        kinds == "free",
+        (kinds == "ball") | (kinds == "free"),
+        quaternion_starts,
+    )
 
 
 class Kinematics(eqx.Module):
@@ -335,24 +459,6 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         """The tree with other masses, centres of mass and inertias (in the body frames)."""
         return eqx.tree_at(lambda t: (t.masses, t.coms, t.inertias), self, (masses, coms, inertias))
 
-    def _joints_of(self, body: int) -> range:
-        first = self.joint_bodies.index(body) if body in self.joint_bodies else 0
-        return range(first, first + self.joint_bodies.count(body))
-
-    def _groups(self, body: int) -> list[range]:
-        """The body's coordinates in groups that move it together: one per hinge or slide, the
-        three translations and the four quaternion coordinates of a free joint, the four of a
-        ball joint. A group's twists are the body's own axes, so that their rate of change is
-        the motion of the body before the group (`V ×ₘ S`)."""
-        groups = []
-        for j in self._joints_of(body):
-            c = self.joint_coordinates[j]
-            if self.joint_kinds[j] == "free":
-                groups += [range(c, c + 3), range(c + 3, c + 7)]
-            else:
-                groups.append(range(c, c + _SIZES[self.joint_kinds[j]][0]))
-        return groups
-
     @property
     def coordinate_names(self) -> tuple[str, ...]:
         """One name per coordinate: the joint's, with `.x`, `.y`, `.z` and `.qw`, `.qx`, `.qy`,
@@ -382,75 +488,102 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         """The index of the (first) coordinate of the joint `name`."""
         return self.joint_coordinates[self._index(self.joint_names, name, "joint")]
 
+    @property
+    def _topology(self) -> _Topology:
+        return _topology(self.parents, self.joint_bodies, self.joint_kinds)
+
     def kinematics(self, q: Float[Array, " n"]) -> Kinematics:
         """Body frames and joint twists at `q`."""
-        return self._kinematics(q, range(len(self.parents)))
-
-    def _kinematics(self, q, bodies) -> Kinematics:
-        """Frames and coordinate twists of `bodies` only (in body order, each with its parent)."""
-        rotations, positions, twists = {}, {}, []
-        for body in bodies:
-            parent = self.parents[body]
-            R_parent = jnp.eye(3, dtype=q.dtype) if parent < 0 else rotations[parent]
-            p_parent = jnp.zeros(3, q.dtype) if parent < 0 else positions[parent]
-            R = R_parent @ self.body_rotations[body]
-            p = p_parent + R_parent @ self.body_positions[body]
-            for j in self._joints_of(body):
-                c, kind = self.joint_coordinates[j], self.joint_kinds[j]
-                axis = R @ self.joint_axes[j]
-                anchor = p + R @ self.joint_anchors[j]
-                if kind == "hinge":
-                    twists.append(jnp.concatenate([axis, jnp.cross(anchor, axis)]))
-                    # rotate about the anchor, which stays where it is
-                    R = R @ _axis_angle(self.joint_axes[j], q[c] - self.reference[c])
-                    p = anchor - R @ self.joint_anchors[j]
-                elif kind == "slide":
-                    twists.append(jnp.concatenate([jnp.zeros_like(axis), axis]))
-                    p = p + axis * (q[c] - self.reference[c])
-                else:
-                    if kind == "free":  # the world pose itself (MuJoCo ignores the body frame)
-                        u, R, p = q[c + 3 : c + 7], _quaternion_matrix(q[c + 3 : c + 7]), q[c : c + 3]
-                        anchor = p
-                        twists += list(jnp.concatenate([jnp.zeros((3, 3), q.dtype), jnp.eye(3, dtype=q.dtype)], 1))
-                    else:  # a ball turns the body about its anchor
-                        u = q[c : c + 4]
-                        R = R @ _quaternion_matrix(u)
-                        p = anchor - R @ self.joint_anchors[j]
-                    # the body's rotational twists about the anchor, combined by 2 E(u)
-                    W = R @ (2 * _rate_map(u))
-                    twists += list(jnp.concatenate([W, jnp.cross(anchor, W.T).T], 0).T)
-            rotations[body], positions[body] = R, p
-        empty = jnp.zeros((0, 6), q.dtype)
-        return Kinematics(
-            jnp.stack(list(rotations.values())),
-            jnp.stack(list(positions.values())),
-            jnp.stack(twists) if twists else empty,
+        top, dtype = self._topology, q.dtype
+        b, J, n = len(self.parents), len(self.joint_kinds), q.shape[0]
+        eye = jnp.eye(3, dtype=dtype)
+        free_bodies = np.zeros(b, dtype=bool)
+        free_bodies[np.array(self.joint_bodies, dtype=int)[top.free]] = True
+        # each body's frame in its parent's, before its joints (MuJoCo places a free body by its
+        # joint alone)
+        R_local = jnp.where(free_bodies[:, None, None], eye, self.body_rotations)
+        p_local = jnp.where(free_bodies[:, None], 0.0, self.body_positions)
+        R_after, p_after = jnp.zeros((J, 3, 3), dtype), jnp.zeros((J, 3), dtype)
+        if J:
+            # every joint's motion at once, each kind from its own formula: (R_j, t_j) maps the
+            # frame before the joint to the frame after it, (R, p) ↦ (R R_j, p + R t_j)
+            coords = np.array(self.joint_coordinates, dtype=int)
+            angle = q[coords] - self.reference[coords]
+            axes, anchors = self.joint_axes, jnp.where(top.free[:, None], 0.0, self.joint_anchors)
+            quaternion_rows = np.minimum(top.quaternion_starts[:, None] + np.arange(4), n - 1)
+            identity = jnp.array([1.0, 0.0, 0.0, 0.0], dtype)
+            u = jnp.where(top.quaternion[:, None], q[quaternion_rows], identity)
+            R_joint = jnp.where(
+                top.hinge[:, None, None],
+                _axis_angle(axes, angle),
+                jnp.where(top.quaternion[:, None, None], _quaternion_matrix(u), eye),
+            )
+            position = q[np.minimum(coords[:, None] + np.arange(3), n - 1)]
+            t_joint = jnp.where(
+                top.slide[:, None],
+                axes * angle[:, None],
+                jnp.where(top.free[:, None], position, anchors - _mv(R_joint, anchors)),
+            )
+            for bodies, joints in top.slots:  # a body's joints apply in order
+                R, p = R_local[bodies], p_local[bodies]
+                R_new, p_new = _mm(R, R_joint[joints]), p + _mv(R, t_joint[joints])
+                R_local, p_local = R_local.at[bodies].set(R_new), p_local.at[bodies].set(p_new)
+                R_after, p_after = R_after.at[joints].set(R_new), p_after.at[joints].set(p_new)
+        # world frames level by level; index b is the world
+        R_world = jnp.concatenate([R_local, eye[None]])
+        p_world = jnp.concatenate([p_local, jnp.zeros((1, 3), dtype)])
+        for bodies, parents in top.levels:
+            R, p = R_world[parents], p_world[parents]
+            R_world = R_world.at[bodies].set(_mm(R, R_local[bodies]))
+            p_world = p_world.at[bodies].set(p + _mv(R, p_local[bodies]))
+        if not J:
+            return Kinematics(R_world[:b], p_world[:b], jnp.zeros((0, 6), dtype))
+        # every joint's frame after it moved, in the world: a hinge turns about its own axis and
+        # a ball about its anchor, so both are fixed in that frame
+        R_parent = R_world[top.joint_parents]
+        R = _mm(R_parent, R_after)
+        p = p_world[top.joint_parents] + _mv(R_parent, p_after)
+        axis = _mv(R, axes)
+        anchor = p + _mv(R, anchors)
+        single = jnp.where(
+            top.hinge[:, None],
+            jnp.concatenate([axis, jnp.cross(anchor, axis)], 1),
+            jnp.concatenate([jnp.zeros_like(axis), axis], 1),
         )
+        # a quaternion's four twists: the body's rotations about the anchor, combined by 2 E(u)
+        W = 2 * jnp.sum(R[:, :, :, None] * _rate_map(u)[:, None, :, :], axis=2).swapaxes(1, 2)
+        rotations = jnp.concatenate([W, jnp.cross(anchor[:, None, :], W)], 2)
+        translations = jnp.concatenate([jnp.zeros((3, 3), dtype), eye], 1)
+        candidates = jnp.concatenate([single, rotations.reshape(4 * J, 6), translations])
+        return Kinematics(R_world[:b], p_world[:b], candidates[top.twist_rows])
 
     def _inertias(self, kin: Kinematics):
         """Every body's spatial inertia `(m, m c, Ī)` about the world origin, stacked: shapes
         (b,), (b, 3), (b, 3, 3)."""
         R, m = kin.rotations, self.masses
-        c = kin.positions + jnp.einsum("bij,bj->bi", R, self.coms)
-        inertia_c = R @ self.inertias @ jnp.swapaxes(R, 1, 2)
+        c = kin.positions + _mv(R, self.coms)
+        inertia_c = _mm(_mm(R, self.inertias), jnp.swapaxes(R, 1, 2))
         parallel = jnp.einsum("bi,bi->b", c, c)[:, None, None] * jnp.eye(3, dtype=c.dtype) - c[:, :, None] * c[:, None, :]
         return m, m[:, None] * c, inertia_c + m[:, None, None] * parallel
 
-    def _subtrees(self) -> np.ndarray:
-        """`D` with `Dᵢⱼ = 1` where body `j` is in the subtree of body `i` (itself included):
-        `D @ x` sums a per-body quantity over each subtree (composite inertias, wrenches)."""
-        b = len(self.parents)
-        return np.array([[float(i in self._ancestors(j)) for j in range(b)] for i in range(b)])
+    def _velocity_layout(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where `G` has its entries: (dof, coordinate) of each unit entry (hinges, slides, free
+        translations), and the first (dof, coordinate) of each quaternion's `2 E(u)` block."""
+        ones, blocks = [], []
+        for j, kind in enumerate(self.joint_kinds):
+            c, d = self.joint_coordinates[j], self.joint_dofs[j]
+            if kind in ("hinge", "slide"):
+                ones.append((d, c))
+                continue
+            if kind == "free":
+                ones += [(d + i, c + i) for i in range(3)]
+                c, d = c + 3, d + 3
+            blocks.append((d, c))
+        return np.array(ones, dtype=int).reshape(-1, 2), np.array(blocks, dtype=int).reshape(-1, 2)
 
-    def _ancestors(self, body: int) -> set[int]:
-        chain = set()
-        while body >= 0:
-            chain.add(body)
-            body = self.parents[body]
-        return chain
-
-    def _coordinate_bodies(self) -> list[int]:
-        return [b for j, b in enumerate(self.joint_bodies) for _ in range(_SIZES[self.joint_kinds[j]][0])]
+    def _rate_maps(self, q, blocks):
+        """`E(u)` of every quaternion, shape (k, 3, 4)."""
+        return _rate_map(q[blocks[:, 1:] + np.arange(4)])
 
     def velocity_map(self, q: Float[Array, " n"]) -> Float[Array, "v n"]:
         """`G(q)`, MuJoCo's velocities from coordinate rates: `qvel = G(q) q̇` (the identity for
@@ -460,17 +593,10 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
 
         `G`, shape (v, n) with `v` MuJoCo's `nv`.
         """
-        G = jnp.zeros((self.num_velocities, self.num_coordinates), q.dtype)
-        for j, kind in enumerate(self.joint_kinds):
-            c, d = self.joint_coordinates[j], self.joint_dofs[j]
-            if kind in ("hinge", "slide"):
-                G = G.at[d, c].set(1.0)
-                continue
-            if kind == "free":
-                G = G.at[d : d + 3, c : c + 3].set(jnp.eye(3, dtype=q.dtype))
-                c, d = c + 3, d + 3
-            G = G.at[d : d + 3, c : c + 4].set(2 * _rate_map(q[c : c + 4]))
-        return G
+        ones, blocks = self._velocity_layout()
+        G = jnp.zeros((self.num_velocities, self.num_coordinates), q.dtype).at[ones[:, 0], ones[:, 1]].set(1.0)
+        d, c = blocks[:, :1, None], blocks[:, 1:, None]
+        return G.at[d + np.arange(3)[:, None], c + np.arange(4)].set(2 * self._rate_maps(q, blocks))
 
     def state_from_mujoco(
         self, qpos: Float[ArrayLike, " n"], qvel: Float[ArrayLike, " v"]
@@ -509,69 +635,75 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
             qpos = qpos.at[c : c + 4].set(q[c : c + 4] / jnp.linalg.norm(q[c : c + 4]))
         return qpos, self.velocity_map(q) @ qd
 
-    def _per_dof(self, q, weights, x):
-        """`Gᵀ diag(weights) G x` for `x` (n,) or (n, k) (armature, damping: MuJoCo applies them
-        per degree of freedom); `diag(weights) x` where every joint is a hinge or a slide."""
-        weights = weights.reshape(weights.shape + (1,) * (x.ndim - 1))
-        if not self._quaternions():
-            return weights * x
-        G = self.velocity_map(q)
-        return G.T @ (weights * (G @ x))
+    def _dof_metric(self, q, weights):
+        """`Gᵀ diag(weights) G`, shape (n, n), for per-degree-of-freedom weights (armature,
+        damping: MuJoCo applies them per degree of freedom): diagonal for hinges, slides and
+        translations, `4 Eᵀ diag(w) E` over each quaternion."""
+        ones, blocks = self._velocity_layout()
+        n = q.shape[0]
+        W = jnp.zeros((n, n), q.dtype).at[ones[:, 1], ones[:, 1]].set(weights[ones[:, 0]])
+        E = self._rate_maps(q, blocks)
+        w = weights[blocks[:, :1] + np.arange(3)]
+        quadratic = 4 * sum(w[:, k, None, None] * E[:, k, :, None] * E[:, k, None, :] for k in range(3))
+        c = blocks[:, 1:, None]
+        return W.at[c + np.arange(4)[:, None], c + np.arange(4)].set(quadratic)
 
     def mass_matrix(self, t, q):
-        kin = self.kinematics(q)
-        D = self._subtrees()
+        return self._mass_matrix(q, self.kinematics(q))
+
+    def _mass_matrix(self, q, kin: Kinematics):
+        top = self._topology
         m, h, inertia_o = self._inertias(kin)
-        bodies = np.array(self._coordinate_bodies(), dtype=int)
-        # composite inertias of the coordinates' bodies, `D` summing each subtree; then
+        # composite inertias of the coordinates' bodies (each subtree summed); then
         # Mⱼₖ = Sₖ · I_c(body of j) Sⱼ for k on j's path to the world: one spatial force per
-        # coordinate and one product of all twists with all forces, so that the traced program
-        # grows like n, not n² (Cassie's 35 coordinates compiled 3× slower entry by entry)
-        composite = (D[bodies] @ m, D[bodies] @ h, jnp.einsum("jb,bkl->jkl", D[bodies], inertia_o))
+        # coordinate and one product of all twists with all forces
+        D = top.subtree[top.coordinate_bodies]
+        composite = (D @ m, D @ h, jnp.einsum("jb,bkl->jkl", D, inertia_o))
         forces = jnp.concatenate(_apply_inertia(composite, (kin.twists[:, :3], kin.twists[:, 3:])), axis=1)
-        lower = np.array(
-            [[k <= j and bodies[k] in self._ancestors(bodies[j]) for k in range(len(bodies))] for j in range(len(bodies))]
-        )
-        below = jnp.where(lower, forces @ kin.twists.T, 0.0)
+        below = jnp.where(top.lower, forces @ kin.twists.T, 0.0)
         M = below + below.T - jnp.diag(jnp.diagonal(below))
         C = self.tendon_coefficients
         M = M + C.T @ (self.tendon_armature[:, None] * C)
-        return M + self._per_dof(q, self.armature, jnp.eye(q.shape[0], dtype=q.dtype))
+        return M + self._dof_metric(q, self.armature)
+
+    def _motion(self, kin: Kinematics, qd):
+        """Every body's twist `V` and spatial acceleration at `q̈ = 0` (gravity left out), shapes
+        (b, 6) and (b, 6): in world-frame spatial vectors both are sums over the coordinates
+        that move the body, `V = Σ Sₖ q̇ₖ` and `A = Σ V₍before k₎ ×ₘ Sₖ q̇ₖ`."""
+        top = self._topology
+        motion = kin.twists * qd[:, None]
+        before = top.before @ motion
+        rate = jnp.concatenate(_motion_cross((before[:, :3], before[:, 3:]), (motion[:, :3], motion[:, 3:])), 1)
+        return top.moves @ motion, top.moves @ rate
 
     def bias_forces(self, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, " n"]:
         """`C(q, q̇) q̇ + G(q)`: Coriolis, centrifugal and gravity forces (MuJoCo's `qfrc_bias`,
         here per coordinate), by recursive Newton–Euler."""
-        kin = self.kinematics(q)
-        zero = jnp.zeros(3, q.dtype)
-        # gravity as an upward acceleration of the base
-        base_velocity, base_acceleration = (zero, zero), (zero, -self.gravity)
-        velocities, accelerations = [], []
-        for body, parent in enumerate(self.parents):
-            V = base_velocity if parent < 0 else velocities[parent]
-            A = base_acceleration if parent < 0 else accelerations[parent]
-            for group in self._groups(body):
-                motion = _twist_sum([kin.twists[k] for k in group], [qd[k] for k in group])
-                A = _add(A, _motion_cross(V, motion))
-                V = _add(V, motion)
-            velocities.append(V)
-            accelerations.append(A)
+        return self._bias_forces(qd, self.kinematics(q))
+
+    def _bias_forces(self, qd, kin: Kinematics):
         if not self.joint_kinds:
-            return jnp.zeros(0, q.dtype)
-        # every body's wrench at once, then each subtree's total (`D`)
+            return jnp.zeros(0, qd.dtype)
+        top = self._topology
+        V, A = self._motion(kin, qd)
+        # gravity as an upward acceleration of the base, which every body shares
+        V, A = (V[:, :3], V[:, 3:]), (A[:, :3], A[:, 3:] - self.gravity)
         inertias = self._inertias(kin)
-        V = tuple(jnp.stack([x[i] for x in velocities]) for i in range(2))
-        A = tuple(jnp.stack([x[i] for x in accelerations]) for i in range(2))
         wrenches = jnp.concatenate(
             _add(_apply_inertia(inertias, A), _force_cross(V, _apply_inertia(inertias, V))), axis=1
         )
-        totals = self._subtrees() @ wrenches
-        return jnp.sum(kin.twists * totals[np.array(self._coordinate_bodies(), dtype=int)], axis=1)
+        # each subtree's total wrench, projected on the twists of the coordinates that carry it
+        totals = top.subtree @ wrenches
+        return jnp.sum(kin.twists * totals[top.coordinate_bodies], axis=1)
 
     def forces(self, t, q, qd):
+        return self._forces(q, qd, self.kinematics(q))
+
+    def _forces(self, q, qd, kin: Kinematics):
         springs = self.stiffness * (q - self.spring_reference)
         for c in self._quaternions():  # springs act on hinges and slides
             springs = springs.at[c : c + 4].set(0.0)
-        return -self.bias_forces(q, qd) - self._per_dof(q, self.damping, qd) - springs + self._tendon_forces(q, qd)
+        return -self._bias_forces(qd, kin) - self._dof_metric(q, self.damping) @ qd - springs + self._tendon_forces(q, qd)
 
     def tendon_lengths(self, q: Float[Array, " n"]) -> Float[Array, " t"]:
         """The fixed tendons' lengths `L = C q`, shape (t,)."""
@@ -615,14 +747,20 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         return (ConstraintLevel(self.norm_rows(q, qd), None, "svd"),) if self._quaternions() else ()
 
     def dynamics(self, t, q, qd):
-        d = super().dynamics(t, q, qd)
-        if not d.levels:
-            return d
-        rows = d.levels[0].rows
+        # one evaluation of the kinematics for M and Q
+        kin = self.kinematics(q)
+        M, Q = self._mass_matrix(q, kin), self._forces(q, qd, kin)
+        if not self._quaternions():
+            return Dynamics(M, Q, ())
+        rows = self.norm_rows(q, qd)
         # M is singular along each quaternion: the auxiliary system M + γAᵀA, Q + γAᵀb moves
         # as the constrained one does, with γ of the size of the block the row completes
-        gamma = jnp.stack([jnp.trace(d.M[c : c + 4, c : c + 4]) / 4 for c in self._quaternions()])
-        return d._replace(M=d.M + rows.A.T @ (gamma[:, None] * rows.A), Q=d.Q + rows.A.T @ (gamma * rows.b))
+        gamma = jnp.stack([jnp.trace(M[c : c + 4, c : c + 4]) / 4 for c in self._quaternions()])
+        return Dynamics(
+            M + rows.A.T @ (gamma[:, None] * rows.A),
+            Q + rows.A.T @ (gamma * rows.b),
+            (ConstraintLevel(rows, None, "svd"),),
+        )
 
     def sketch(self, t, q):
         """Each body's origin joined to its parent's; the origins and the sites as points."""
@@ -632,7 +770,7 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         links = jnp.stack([kin.positions[parents], kin.positions[children]], axis=1)
         # sites from the same kinematics (body −1: fixed in the world)
         bodies = np.array(self.site_bodies, dtype=int)
-        moved = kin.positions[bodies] + jnp.einsum("sij,sj->si", kin.rotations[bodies], self.site_positions)
+        moved = kin.positions[bodies] + _mv(kin.rotations[bodies], self.site_positions)
         sites = jnp.where((bodies >= 0)[:, None], moved, self.site_positions)
         return Sketch(links, jnp.concatenate([kin.positions, sites]))
 
@@ -641,9 +779,8 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         index = self.body_index(body)
         if index < 0:
             return jnp.eye(3, dtype=q.dtype), jnp.zeros(3, q.dtype)
-        # only the chain from the world to this body
-        kin = self._kinematics(q, sorted(self._ancestors(index)))
-        return kin.rotations[-1], kin.positions[-1]
+        kin = self.kinematics(q)
+        return kin.rotations[index], kin.positions[index]
 
     def point_position(
         self, q: Float[Array, " n"], body: str, point: Float[ArrayLike, " 3"]
@@ -690,35 +827,29 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
     def _body_motion(self, q, qd, body, point) -> _BodyMotion:
         """`point_motion` with the body's own rotation `R`, angular velocity `ω`, angular
         Jacobian `∂ω/∂q̇` and angular acceleration at `q̈ = 0` (world frame)."""
+        kin = self.kinematics(q)
+        return self._point_motion(kin, self._motion(kin, qd), body, point)
+
+    def _point_motion(self, kin: Kinematics, motion, body: str, point) -> _BodyMotion:
+        """`_body_motion` from the kinematics and the bodies' motion (`_motion`), which several
+        points share."""
         point = as_inexact(point)
-        n = q.shape[0]
-        zero, J = jnp.zeros(3, q.dtype), jnp.zeros((3, n), q.dtype)
+        dtype = kin.positions.dtype
+        n = kin.twists.shape[0]
+        zero, J = jnp.zeros(3, dtype), jnp.zeros((3, n), dtype)
         index = self.body_index(body)
         if index < 0:
-            return _BodyMotion(point.astype(q.dtype), J, zero, jnp.eye(3, dtype=q.dtype), zero, J, zero)
-        chain = sorted(self._ancestors(index))
-        kin = self._kinematics(q, chain)
-        x = kin.positions[-1] + kin.rotations[-1] @ point
-        V, A = (zero, zero), (zero, zero)
-        # the chain's coordinates in order: row i of `kin.twists` is coordinate `coordinates[i]`
-        groups = [group for body in chain for group in self._groups(body)]
-        coordinates = [k for group in groups for k in group]
-        row = {k: i for i, k in enumerate(coordinates)}
-        for group in groups:
-            motion = _twist_sum([kin.twists[row[k]] for k in group], [qd[k] for k in group])
-            A = _add(A, _motion_cross(V, motion))
-            V = _add(V, motion)
-        # every column at once: the velocity of the point per unit rate of each coordinate
-        Jw = J
-        if coordinates:
-            columns = np.array(coordinates, dtype=int)
-            J = J.at[:, columns].set((kin.twists[:, 3:] + jnp.cross(kin.twists[:, :3], x)).T)
-            Jw = Jw.at[:, columns].set(kin.twists[:, :3].T)
-        velocity = V[1] + jnp.cross(V[0], x)
+            return _BodyMotion(point.astype(dtype), J, zero, jnp.eye(3, dtype=dtype), zero, J, zero)
+        V, A = (x[index] for x in motion)
+        x = kin.positions[index] + kin.rotations[index] @ point
+        # every column at once: the velocity of the point per unit rate of each coordinate that
+        # moves the body
+        moves = self._topology.moves[index]
+        J = (kin.twists[:, 3:] + jnp.cross(kin.twists[:, :3], x)).T * moves
+        velocity = V[3:] + jnp.cross(V[:3], x)
         # a body-fixed point: ẍ = a_O + α × x + ω × ẋ (spatial acceleration (α, a_O))
-        bias = A[1] + jnp.cross(A[0], x) + jnp.cross(V[0], velocity)
-        return _BodyMotion(x, J, bias, kin.rotations[-1], V[0], Jw, A[0])
-
+        bias = A[3:] + jnp.cross(A[:3], x) + jnp.cross(V[:3], velocity)
+        return _BodyMotion(x, J, bias, kin.rotations[index], V[:3], kin.twists[:, :3].T * moves, A[:3])
 
 def _tree_of(system) -> RigidBodyTree:
     """The rigid-body tree inside `system` (through `Forced`/`ConstrainedSystem` wrappers)."""
@@ -770,15 +901,31 @@ class Connect(AbstractSystemConstraint):
         return self.anchor1 - R1.T @ (tree.point_position(q, self.body2, self.anchor2) - p1)
 
     def system_rows(self, system, t, q, qd):
+        return self.stacked_rows([self], system, t, q, qd)[0]
+
+    @classmethod
+    def stacked_rows(cls, constraints, system, t, q, qd):
+        # one evaluation of the tree's kinematics for all of a robot's loops
         tree = _tree_of(system)
-        one = tree._body_motion(q, qd, self.body1, self.anchor1)
-        x2, J2, a2 = tree.point_motion(q, qd, self.body2, self.anchor2)
+        kin = tree.kinematics(q)
+        motion = tree._motion(kin, qd)
+        return [
+            c._rows(
+                tree._point_motion(kin, motion, c.body1, c.anchor1),
+                tree._point_motion(kin, motion, c.body2, c.anchor2),
+                qd,
+            )
+            for c in constraints
+        ]
+
+    @staticmethod
+    def _rows(one: _BodyMotion, two: _BodyMotion, qd) -> ConstraintRows:
         # s = R₁ᵀ r with r = x₁ − x₂ and Ṙ₁ = [ω]× R₁:
         # s̈ = R₁ᵀ (r̈ − ω̇ × r − 2 ω × ṙ + ω × (ω × r))
-        r, Jr = one.x - x2, one.J - J2
+        r, Jr = one.x - two.x, one.J - two.J
         rd, w = Jr @ qd, one.omega
         A = one.rotation.T @ (Jr + jnp.cross(r, one.J_omega.T).T)
-        bias = one.bias - a2 + jnp.cross(r, one.alpha) - 2 * jnp.cross(w, rd) + jnp.cross(w, jnp.cross(w, r))
+        bias = one.bias - two.bias + jnp.cross(r, one.alpha) - 2 * jnp.cross(w, rd) + jnp.cross(w, jnp.cross(w, r))
         return ConstraintRows(A, -one.rotation.T @ bias, one.rotation.T @ r, A @ qd)
 
     def sketch(self, system, t, q):
