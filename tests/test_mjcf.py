@@ -24,6 +24,9 @@ from ukjax._cli import main
 # scalar operations.
 mass = eqx.filter_jit(lambda system, q: system.mass_matrix(0.0, q))
 forces = eqx.filter_jit(lambda system, q, qd: system.forces(0.0, q, qd))
+# `call(f, *args)` is `f(*args)` compiled as one program: evaluated op by op, every operation
+# of a tree's kinematics is compiled on its own (most of these tests' time).
+call = eqx.filter_jit(lambda f, *args: f(*args))
 
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -173,7 +176,7 @@ def test_tree_matches_mujoco(xml):
     for _ in range(3):
         q, qd = rng.normal(size=len(tree.joint_names)), rng.normal(size=len(tree.joint_names))
         mjm, d, M = _mujoco_state(xml, q, qd)
-        kin = tree.kinematics(jnp.asarray(q))
+        kin = call(tree.kinematics, jnp.asarray(q))
         np.testing.assert_allclose(mass(tree, jnp.asarray(q)), M, atol=1e-10, rtol=0)
         np.testing.assert_allclose(
             forces(tree, jnp.asarray(q), jnp.asarray(qd)),
@@ -184,7 +187,7 @@ def test_tree_matches_mujoco(xml):
         np.testing.assert_allclose(kin.positions, d.xpos[1:], atol=1e-12)
         np.testing.assert_allclose(kin.rotations, d.xmat[1:].reshape(-1, 3, 3), atol=1e-12)
         for s, name in enumerate(tree.site_names):
-            np.testing.assert_allclose(tree.site_position(jnp.asarray(q), name), d.site_xpos[s], atol=1e-12)
+            np.testing.assert_allclose(call(tree.site_position, jnp.asarray(q), name), d.site_xpos[s], atol=1e-12)
 
 
 def _kkt(M, Q, A, b):
@@ -211,24 +214,24 @@ def test_equalities_match_mujoco_and_kkt(xml):
     model = models.from_mjcf(xml)
     csys = ukjax.ConstrainedSystem(model.system, model.constraints)
     np.testing.assert_allclose(
-        csys.violation(0.0, model.q0, model.qd0)[0], 0.0, atol=1e-14
+        call(csys.violation, 0.0, model.q0, model.qd0)[0], 0.0, atol=1e-14
     )  # MuJoCo closes the loops at qpos0
     rng = np.random.default_rng(1)
     q, qd = model.q0 + 0.3 * rng.normal(size=model.q0.shape), rng.normal(size=model.q0.shape)
     mjm, d, _ = _mujoco_state(xml, q, qd)
-    ours = [_in_world_axes(model.system, c, jnp.asarray(q)) for c in model.constraints]
+    ours = [call(_in_world_axes, model.system, c, jnp.asarray(q)) for c in model.constraints]
     # MuJoCo's rows, in the same order: connect 3, weld 6 (position, quaternion error), joint 1
     np.testing.assert_allclose(np.concatenate(ours), d.efc_pos[: sum(map(len, ours))], atol=1e-12)
     # the accelerations against the KKT form on the rows that are not identically zero (a planar
     # loop written in 3D has one)
-    rows = csys.rows(0.0, jnp.asarray(q), jnp.asarray(qd))
+    rows = call(csys.rows, 0.0, jnp.asarray(q), jnp.asarray(qd))
     A, b = np.asarray(rows.A), np.asarray(rows.b)
     kept = np.linalg.norm(A, axis=1) > 1e-12
     expected = _kkt(
         np.asarray(mass(csys, q)), np.asarray(forces(csys, q, qd)), A[kept], b[kept]
     )
     np.testing.assert_allclose(
-        csys.acceleration(0.0, jnp.asarray(q), jnp.asarray(qd)), expected, rtol=1e-9, atol=1e-9
+        call(csys.acceleration, 0.0, jnp.asarray(q), jnp.asarray(qd)), expected, rtol=1e-9, atol=1e-9
     )
 
 
@@ -251,13 +254,13 @@ def test_spatial_rows_equal_automatic_differentiation():
     ]
     for constraint, system, residual, n in cases:
         q, qd = jnp.asarray(rng.normal(size=n)), jnp.asarray(rng.normal(size=n))
-        ours = constraint.system_rows(system, 0.7, q, qd)
-        generic = ukjax.Holonomic(residual).rows(0.7, q, qd)
+        ours = call(constraint.system_rows, system, 0.7, q, qd)
+        generic = call(ukjax.Holonomic(residual).rows, 0.7, q, qd)
         for field in ("A", "b", "phi", "phid"):
             np.testing.assert_allclose(getattr(ours, field), getattr(generic, field), atol=1e-13)
     q = jnp.asarray(rng.normal(size=4))
     np.testing.assert_allclose(
-        scara.site_jacobian(q, "tool"), jax.jacfwd(lambda q: scara.site_position(q, "tool"))(q), atol=1e-14
+        call(scara.site_jacobian, q, "tool"), call(jax.jacfwd(lambda q: scara.site_position(q, "tool")), q), atol=1e-14
     )
 
 
@@ -506,12 +509,12 @@ def test_weld_rotation_error_vanishes_only_when_welded():
     weld = model.constraints[0]
     for angle in (0.3, 2.8, np.pi):
         _, d, _ = _mujoco_state(xml, [angle], [0.0])
-        np.testing.assert_allclose(weld.residual(model.system, 0.0, jnp.array([angle])), d.efc_pos[:6], atol=1e-14)
+        np.testing.assert_allclose(call(weld.residual, model.system, 0.0, jnp.array([angle])), d.efc_pos[:6], atol=1e-14)
     assert abs(d.efc_pos[5]) == pytest.approx(1.0)
     csys = ukjax.ConstrainedSystem(model.system, model.constraints)
     q, _ = csys.project(0.0, jnp.array([2.8]), jnp.array([0.0]))
     assert np.cos(float(q[0])) == pytest.approx(1.0, abs=1e-12)
-    np.testing.assert_allclose(csys.violation(0.0, q, jnp.zeros(1))[0], 0.0, atol=1e-12)
+    np.testing.assert_allclose(call(csys.violation, 0.0, q, jnp.zeros(1))[0], 0.0, atol=1e-12)
 
 
 FLAGS = """<mujoco><option>{flags}</option>

@@ -235,8 +235,9 @@ def test_a_planar_loop_on_a_tumbling_base():
     qvel = rng.normal(size=9)
     qvel[3:6] = [4.0, -3.0, 5.0]  # the frame tumbles
     q, qd = model.state_from_mujoco(qpos + np.r_[np.zeros(7), 0.1, -0.2, 0.3], qvel)  # off the loop
-    rows = connect.system_rows(tree, 0.0, q, qd)
-    derived = ukjax.Holonomic(lambda t, q: connect.residual(tree, t, q)).rows(0.0, q, qd)  # by autodiff
+    # each compiled as one program (op by op, every operation compiles on its own)
+    rows = eqx.filter_jit(connect.system_rows)(tree, 0.0, q, qd)
+    derived = eqx.filter_jit(ukjax.Holonomic(lambda t, q: connect.residual(tree, t, q)).rows)(0.0, q, qd)  # by autodiff
     for field in ("A", "b", "phi", "phid"):
         np.testing.assert_allclose(getattr(rows, field), getattr(derived, field), atol=1e-12)
     assert float(jnp.max(jnp.abs(rows.A[1]))) < 1e-14 and abs(float(rows.b[1])) < 1e-13
