@@ -343,7 +343,7 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
 
 
 # One compiled program: evaluated op by op, each operation of the rows compiles on its own
-# (26 s for a weld's rows against 0.9 s).
+# (importing the weld test model: 25.9 s op by op, 4.8 s compiled).
 @eqx.filter_jit
 def _largest_violation(system, q, qd):
     return jnp.max(jnp.abs(jnp.concatenate(system.violation(0.0, q, qd))))
