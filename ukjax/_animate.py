@@ -10,6 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from ._jit import jit
+
 
 class Sketch(eqx.Module):
     """A stick figure of one configuration, in 2D or 3D world coordinates: the links as line
@@ -109,7 +111,7 @@ def animate(system, sol, path: str | Path, *, fps: int = 30, every: int = 1):
     q, ts = q[:, ::every], ts[:, ::every]
     finite = jnp.all(jnp.isfinite(q), axis=-1) & jnp.isfinite(ts)
     # unfinished saves hold inf: draw a finite stand-in, then blank those frames
-    sketches = eqx.filter_jit(lambda s, t, q: jax.vmap(jax.vmap(s.sketch))(t, q))(
+    sketches = jit(lambda s, t, q: jax.vmap(jax.vmap(s.sketch))(t, q))(
         system, jnp.where(finite, ts, 0.0), jnp.where(finite[..., None], q, 0.0)
     )
     blank = ~np.asarray(finite)

@@ -10,6 +10,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 from jaxtyping import ArrayLike, Float, Real
 
+from ._jit import jit
 from ._simulate import Solution, simulate
 from ._systems import AbstractSystem
 
@@ -37,7 +38,7 @@ def _pad(x: jax.Array, size: int) -> jax.Array:
 _NUMERIC = ("ts", "rtol", "atol", "dt0")
 
 
-@eqx.filter_jit
+@jit
 def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh):
     def local(arrays, q0, qd0, times, numeric):
         def one(arrays, q0, qd0):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import jax
 
+from ._jit import jit
+
 
 def _meter(quiet: bool):
     """A live bar where a person watches a terminal; in a pipe or log, a line per tenth of the
@@ -80,7 +82,7 @@ def _scara(args: argparse.Namespace) -> None:
     q0s = model.q0 + 1e-3 * jax.random.normal(key, (args.batch, 4))
     qd0s = jnp.broadcast_to(model.qd0, (args.batch, 4))
 
-    @jax.jit
+    @jit
     def batch(q0s, qd0s):
         return jax.vmap(
             lambda q0, qd0: ukjax.simulate(
@@ -88,7 +90,7 @@ def _scara(args: argparse.Namespace) -> None:
             )
         )(q0s, qd0s)
 
-    @jax.jit
+    @jit
     def one(q0, qd0):
         return ukjax.simulate(system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False)
 
@@ -176,8 +178,8 @@ def _coordinated(args: argparse.Namespace) -> None:
         )
         elapsed = time.perf_counter() - start
         runs[name] = sol
-        u = eqx.filter_jit(eqx.filter_vmap(ctrl))(sol.ts, sol.q, sol.qd)
-        closure = eqx.filter_jit(eqx.filter_vmap(passive.violation))(sol.ts, sol.q, sol.qd)[0]
+        u = jit(eqx.filter_vmap(ctrl))(sol.ts, sol.q, sol.qd)
+        closure = jit(eqx.filter_vmap(passive.violation))(sol.ts, sol.q, sol.qd)[0]
         print(
             f"  object tracking error {jnp.max(jnp.abs(sol.phi)):.2e}, loop closure {jnp.max(jnp.abs(closure)):.2e}, {elapsed:.1f} s"
         )

@@ -25,6 +25,7 @@ from jaxtyping import Array, ArrayLike, Float, PyTree, Real
 
 from ._constraints import Baumgarte
 from ._control import ServoControl
+from ._jit import jit
 from ._simulate import Status, simulate
 from ._systems import AbstractSystem, ConstrainedSystem
 
@@ -225,7 +226,7 @@ def fit(
         cached = False
     value_and_grad = optax.value_and_grad_from_state(objective) if cached else jax.value_and_grad(objective)
 
-    @eqx.filter_jit
+    @jit
     def step(theta, state):
         value, grad = value_and_grad(theta, state=state) if cached else value_and_grad(theta)
         updates, state = opt.update(grad, state, theta, value=value, grad=grad, value_fn=objective)
@@ -251,7 +252,7 @@ def fit(
                 break
     except (TypeError, ValueError) as error:
         raise _explain_mode(error, jac) from error
-    final = float(jax.jit(objective)(theta))
+    final = float(jit(objective)(theta))
     if not math.isfinite(final):  # the last step left the finite region: step back
         why, theta = "non-finite loss or gradient", previous
         final = losses.pop() if losses else final
@@ -363,32 +364,32 @@ class _Residuals(eqx.Module):
         return flat(theta), None
 
 
-@eqx.filter_jit
+@jit
 def _evaluate(fn, theta):
     return fn(theta)[0]
 
 
-@eqx.filter_jit
+@jit
 def _init(solver, fn, theta, options, f_struct):
     return solver.init(fn, theta, None, options, f_struct, None, frozenset())
 
 
-@eqx.filter_jit
+@jit
 def _step(solver, fn, theta, state, options):
     return solver.step(fn, theta, None, options, state, frozenset())
 
 
-@eqx.filter_jit
+@jit
 def _terminate(solver, fn, theta, state, options):
     return solver.terminate(fn, theta, None, options, state, frozenset())
 
 
-@eqx.filter_jit
+@jit
 def _jacobian(fn, theta, jac):
     return (jax.jacfwd if jac == "fwd" else jax.jacrev)(lambda theta: fn(theta)[0])(theta)
 
 
-@eqx.filter_jit
+@jit
 def _linearisation(state):
     return state.f_info.residual, state.f_info.jac.as_matrix()
 

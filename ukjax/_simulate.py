@@ -15,6 +15,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, Real
 
 from ._constraints import as_inexact
 from ._core import sqrt_eps
+from ._jit import jit
 from ._systems import AbstractSystem
 
 
@@ -119,7 +120,8 @@ class RK4(diffrax.AbstractERK):
 # Jitted so that its trace is cached: diffrax traces the vector field once per stage and once
 # more per shape query, and for the unrolled kernels each trace costs seconds (measured on the
 # coordinated robots' servo control: 9.4 s of tracing per simulation). Under vmap, jvp and the
-# adjoints JAX transforms the cached program instead of tracing the Python again.
+# adjoints JAX transforms the cached program instead of tracing the Python again. Always nested
+# in `_simulate`'s program, so with no compiler options of its own.
 @eqx.filter_jit
 def _vector_field(t, y, system):
     q, qd, _ = y
@@ -255,7 +257,7 @@ def simulate(
     )
 
 
-@eqx.filter_jit
+@jit
 def _simulate(
     system, q0, qd0, t0, t1, ts, solver, rtol, atol, dt0, adaptive, max_steps, adjoint, throw, progress_meter
 ):

@@ -15,6 +15,7 @@ from jaxtyping import Array, ArrayLike, Float, Real
 from ._animate import Sketch, join
 from ._constraints import AbstractConstraint, Baumgarte, ConstraintRows, stack_rows
 from ._core import Method, UKSolution, check_method, check_shapes, free_solve, uk_solve
+from ._jit import jit
 
 Time = Real[ArrayLike, ""]
 Coordinates = Float[Array, " n"]
@@ -345,7 +346,7 @@ class ConstrainedSystem(AbstractSystem):
 
     # Compiled as one program: evaluated op by op, the unrolled kernels dispatch thousands of
     # scalar operations (seconds for the parallel robot).
-    @eqx.filter_jit
+    @jit
     def project(
         self, t: Time, q: Coordinates, qd: Coordinates, *, iterations: int = 8
     ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:

@@ -3,10 +3,10 @@
 import os
 import warnings
 
-import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
+from .._jit import jit
 from .._systems import ConstrainedSystem
 from ._actuators import Actuators
 from ._scara import Model
@@ -344,7 +344,7 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
 
 # One compiled program: evaluated op by op, each operation of the rows compiles on its own
 # (importing the weld test model: 25.9 s op by op, 4.8 s compiled).
-@eqx.filter_jit
+@jit
 def _largest_violation(system, q, qd):
     return jnp.max(jnp.abs(jnp.concatenate(system.violation(0.0, q, qd))))
 
