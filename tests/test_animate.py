@@ -5,6 +5,7 @@ has an entry in the documentation's API reference."""
 import types
 from pathlib import Path
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -33,7 +34,7 @@ def test_a_tree_with_its_loop(tmp_path):
     fig = ukjax.animate(robot, sol, path, every=2)
     assert Image.open(path).n_frames == 6  # saves 0, 2, …, 10
     _, points, gaps = _drawn(fig)
-    origins = np.asarray(model.system.kinematics(sol.q[-1]).positions)
+    origins = np.asarray(eqx.filter_jit(lambda tree, q: tree.kinematics(q).positions)(model.system, sol.q[-1]))
     np.testing.assert_allclose(points[: len(origins)], origins, atol=1e-12)
     # the connect's two anchors coincide: the gap is a zero-length segment
     assert gaps.shape == (2, 3) and np.linalg.norm(gaps[0] - gaps[1]) < 1e-8

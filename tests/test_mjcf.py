@@ -213,26 +213,31 @@ def _in_world_axes(tree, constraint, q):
 def test_equalities_match_mujoco_and_kkt(xml):
     model = models.from_mjcf(xml)
     csys = ukjax.ConstrainedSystem(model.system, model.constraints)
-    np.testing.assert_allclose(
-        call(csys.violation, 0.0, model.q0, model.qd0)[0], 0.0, atol=1e-14
-    )  # MuJoCo closes the loops at qpos0
     rng = np.random.default_rng(1)
     q, qd = model.q0 + 0.3 * rng.normal(size=model.q0.shape), rng.normal(size=model.q0.shape)
+
+    @eqx.filter_jit  # one program for all of them: each compiled alone took most of the test
+    def evaluate(csys, q, qd):
+        return (
+            csys.violation(0.0, model.q0, model.qd0)[0],
+            [_in_world_axes(csys.system, c, q) for c in csys.constraints],
+            csys.rows(0.0, q, qd),
+            csys.mass_matrix(0.0, q),
+            csys.forces(0.0, q, qd),
+            csys.acceleration(0.0, q, qd),
+        )
+
+    start, ours, rows, M, Q, qdd = evaluate(csys, jnp.asarray(q), jnp.asarray(qd))
+    np.testing.assert_allclose(start, 0.0, atol=1e-14)  # MuJoCo closes the loops at qpos0
     mjm, d, _ = _mujoco_state(xml, q, qd)
-    ours = [call(_in_world_axes, model.system, c, jnp.asarray(q)) for c in model.constraints]
     # MuJoCo's rows, in the same order: connect 3, weld 6 (position, quaternion error), joint 1
     np.testing.assert_allclose(np.concatenate(ours), d.efc_pos[: sum(map(len, ours))], atol=1e-12)
     # the accelerations against the KKT form on the rows that are not identically zero (a planar
     # loop written in 3D has one)
-    rows = call(csys.rows, 0.0, jnp.asarray(q), jnp.asarray(qd))
     A, b = np.asarray(rows.A), np.asarray(rows.b)
     kept = np.linalg.norm(A, axis=1) > 1e-12
-    expected = _kkt(
-        np.asarray(mass(csys, q)), np.asarray(forces(csys, q, qd)), A[kept], b[kept]
-    )
-    np.testing.assert_allclose(
-        call(csys.acceleration, 0.0, jnp.asarray(q), jnp.asarray(qd)), expected, rtol=1e-9, atol=1e-9
-    )
+    expected = _kkt(np.asarray(M), np.asarray(Q), A[kept], b[kept])
+    np.testing.assert_allclose(qdd, expected, rtol=1e-9, atol=1e-9)
 
 
 def test_spatial_rows_equal_automatic_differentiation():
@@ -267,7 +272,7 @@ def test_spatial_rows_equal_automatic_differentiation():
 def test_closed_chains_hold_in_a_batch():
     model = models.from_mjcf(SPATIAL_LOOP)
     csys = ukjax.ConstrainedSystem(model.system, model.constraints)
-    A = np.asarray(csys.rows(0.0, model.q0, model.qd0).A)
+    A = np.asarray(call(csys.rows, 0.0, model.q0, model.qd0).A)
     null = np.linalg.svd(A)[2][3:]  # consistent initial velocities
     qd0 = jnp.asarray(np.random.default_rng(2).normal(size=(4, 2)) @ null)
     sol = ukjax.simulate_batch(
@@ -559,7 +564,7 @@ def test_start_projected_onto_the_files_equalities():
     with pytest.warns(UserWarning, match="violates its equality constraints by 1.00e-01; it was projected"):
         model = models.from_mjcf(xml)
     csys = ukjax.ConstrainedSystem(model.system, model.constraints)
-    np.testing.assert_allclose(csys.violation(0.0, model.q0, model.qd0)[0], 0.0, atol=1e-12)
+    np.testing.assert_allclose(call(csys.violation, 0.0, model.q0, model.qd0)[0], 0.0, atol=1e-12)
     assert float(jnp.linalg.norm(model.q0)) == pytest.approx(0.1 / np.sqrt(1.25), rel=1e-9)  # the nearest point
 
 
