@@ -776,11 +776,15 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
 
     def body_pose(self, q: Float[Array, " n"], body: str) -> tuple[Float[Array, "3 3"], Float[Array, " 3"]]:
         """The rotation and position of the body `name` (its frame, not its centre of mass)."""
-        index = self.body_index(body)
-        if index < 0:
-            return jnp.eye(3, dtype=q.dtype), jnp.zeros(3, q.dtype)
-        kin = self.kinematics(q)
-        return kin.rotations[index], kin.positions[index]
+        return self._body_poses(q, body)[0]
+
+    def _body_poses(self, q, *bodies: str) -> list[tuple[Array, Array]]:
+        """`body_pose` of several bodies from one evaluation of the kinematics (traced once:
+        a residual reading two bodies is differentiated twice)."""
+        indices = [self.body_index(body) for body in bodies]
+        kin = self.kinematics(q) if max(indices) >= 0 else None
+        world = (jnp.eye(3, dtype=q.dtype), jnp.zeros(3, q.dtype))
+        return [world if i < 0 else (kin.rotations[i], kin.positions[i]) for i in indices]
 
     def point_position(
         self, q: Float[Array, " n"], body: str, point: Float[ArrayLike, " 3"]
@@ -897,8 +901,8 @@ class Connect(AbstractSystemConstraint):
     def residual(self, system, t, q: Float[Array, " n"]) -> Float[Array, " 3"]:
         """The gap between the two points on `system`, in `body1`'s axes."""
         tree = _tree_of(system)
-        R1, p1 = tree.body_pose(q, self.body1)
-        return self.anchor1 - R1.T @ (tree.point_position(q, self.body2, self.anchor2) - p1)
+        (R1, p1), (R2, p2) = tree._body_poses(q, self.body1, self.body2)
+        return self.anchor1 - R1.T @ (p2 + R2 @ self.anchor2 - p1)
 
     def system_rows(self, system, t, q, qd):
         return self.stacked_rows([self], system, t, q, qd)[0]
@@ -935,7 +939,7 @@ class Connect(AbstractSystemConstraint):
 
 def _two_point_sketch(tree: RigidBodyTree, q, *ends: tuple[str, Float[Array, " 3"]]) -> Sketch:
     """Links from two bodies' origins to a point fixed in each, and the gap between the points."""
-    poses = [tree.body_pose(q, body) for body, _ in ends]
+    poses = tree._body_poses(q, *(body for body, _ in ends))
     points = [p + R @ point for (R, p), (_, point) in zip(poses, ends)]
     links = jnp.stack([jnp.stack([p, x]) for (_, p), x in zip(poses, points)])
     return Sketch(links, jnp.stack(points), jnp.stack(points)[None])
@@ -1016,8 +1020,7 @@ class Weld(_AbstractSystemHolonomic):
     def residual(self, system, t, q):
         """The position error (3) and the rotation error (3) on `system`."""
         tree = _tree_of(system)
-        R1, p1 = tree.body_pose(q, self.body1)
-        R2, p2 = tree.body_pose(q, self.body2)
+        (R1, p1), (R2, p2) = tree._body_poses(q, self.body1, self.body2)
         rotation = _rotation_error(R2.T @ R1 @ self.rotation)
         return jnp.concatenate([p1 + R1 @ self.position - (p2 + R2 @ self.anchor), rotation])
 
