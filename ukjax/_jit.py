@@ -14,6 +14,16 @@ import jax
 COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 
 
+@functools.cache
+def _supported() -> bool:
+    # A jaxlib that no longer knows the option refuses every program compiled with it: ask once.
+    try:
+        jax.jit(lambda x: x, compiler_options=COMPILER_OPTIONS).lower(0.0).compile()
+    except jax.errors.JaxRuntimeError:
+        return False
+    return True
+
+
 def _top_level() -> bool:
     # jax accepts compiler options only on a jit called outside every trace. Its test for that
     # is not public; without it, no options (the programs are the same, only slower to compile).
@@ -29,6 +39,6 @@ def jit(fun):
 
     @functools.wraps(fun)
     def call(*args, **kwargs):
-        return (tuned if _top_level() else plain)(*args, **kwargs)
+        return (tuned if _top_level() and _supported() else plain)(*args, **kwargs)
 
     return call
