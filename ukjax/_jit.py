@@ -7,10 +7,12 @@ import jax
 
 # XLA's CPU fusion emitters (jaxlib 0.10's default) spend most of a compile in code generation
 # for the many small fusions of a multibody model; the previous emitters compile it in about
-# two thirds of the time and run it as fast or faster. Measured with `ukjax bench` (256 × 200
-# RK4 steps, 2 cores): compile 9.7 → 6.0 s (coordinated robots), 9.8 → 6.4 s (parallel robot),
-# 16.4 → 12.3 s (Cassie); throughput 0.249 → 0.278, 0.081 → 0.092 and 0.007 → 0.008 M steps/s.
-# The option only concerns CPU code generation; other backends ignore it.
+# two thirds of the time and run it as fast or faster. Measured on 2 cores: XLA's compile of
+# Cassie's `simulate_batch` 11.2 → 7.9 s; `ukjax bench` (256 × 200 RK4 steps) with this option
+# on every program, compile 9.7 → 6.0 s (coordinated robots), 9.8 → 6.4 s (parallel robot),
+# 16.4 → 12.3 s (Cassie), throughput 0.249 → 0.278, 0.081 → 0.092 and 0.007 → 0.008 M steps/s
+# (the runs with it on ukjax's programs only: benchmarks/README.md). The option only concerns
+# CPU code generation; other backends ignore it.
 COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 
 
