@@ -3,6 +3,7 @@
 null-space structure of eq. 35, and DOP853 on a bead with Coulomb friction (non-ideal
 constraint, seed 002 eq. 12–13)."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +13,9 @@ from scipy.integrate import solve_ivp
 
 import ukjax
 from ukjax import models
+
+# Evaluations compiled as one program each (op by op, every operation compiles on its own).
+call = eqx.filter_jit(lambda f, *args: f(*args))
 
 TOL = dict(rtol=1e-11, atol=1e-11)
 
@@ -49,15 +53,15 @@ def test_exact_control_against_kkt():
     B = jnp.asarray(rng.normal(size=(6, 3)))
     csys = ukjax.ConstrainedSystem(system, passive)
     t, q, qd = 0.4, jnp.asarray(rng.normal(size=6)), jnp.asarray(rng.normal(size=6))
-    rows_p, rows_s = csys.rows(t, q, qd), ukjax.ConstrainedSystem(system, servo).rows(t, q, qd)
+    rows_p, rows_s = call(csys.rows, t, q, qd), call(ukjax.ConstrainedSystem(system, servo).rows, t, q, qd)
 
     def kkt_acceleration(u):
         K = np.block([[np.asarray(M), -np.asarray(rows_p.A).T], [np.asarray(rows_p.A), np.zeros((2, 2))]])
-        rhs = np.concatenate([np.asarray(system.forces(t, q, qd) + B @ u), np.asarray(rows_p.b)])
+        rhs = np.concatenate([np.asarray(call(system.forces, t, q, qd) + B @ u), np.asarray(rows_p.b)])
         return np.linalg.solve(K, rhs)[:6]
 
     for exact, expect_tracking in [(True, True), (False, False)]:
-        sol = ukjax.ServoControl(csys, servo, B, exact=exact).solve(t, q, qd)
+        sol = call(ukjax.ServoControl(csys, servo, B, exact=exact).solve, t, q, qd)
         qdd = kkt_acceleration(sol.u)
         np.testing.assert_allclose(sol.acceleration, qdd, atol=1e-10)  # the closed loop's physics
         servo_residual = np.abs(np.asarray(rows_s.A) @ qdd - np.asarray(rows_s.b)).max()
@@ -72,9 +76,9 @@ def test_minimum_norm_and_nullspace_term():
     csys = ukjax.ConstrainedSystem(system, passive)
     t, q, qd = 0.1, jnp.asarray(rng.normal(size=6)), jnp.asarray(rng.normal(size=6))
     s_vec = jnp.array([1.0, -2.0, 0.5, 3.0])
-    plain = ukjax.ServoControl(csys, servo, B).solve(t, q, qd)
-    shaped = ukjax.ServoControl(csys, servo, B, nullspace=lambda t, q, qd: s_vec).solve(t, q, qd)
-    rows = ukjax.ConstrainedSystem(system, servo).rows(t, q, qd)
+    plain = call(ukjax.ServoControl(csys, servo, B).solve, t, q, qd)
+    shaped = call(ukjax.ServoControl(csys, servo, B, nullspace=lambda t, q, qd: s_vec).solve, t, q, qd)
+    rows = call(ukjax.ConstrainedSystem(system, servo).rows, t, q, qd)
     for sol in (plain, shaped):
         np.testing.assert_allclose(rows.A @ sol.acceleration, rows.b, atol=1e-10)
     # the difference lies in the null space of A_s P B, and the plain input is orthogonal to it

@@ -2,7 +2,6 @@
 at random states, states in MuJoCo's terms, a free-flying arm's motion under RK4, the norm
 held over a long run, derivatives at the identity quaternion."""
 
-from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -115,93 +114,6 @@ def test_derivatives_at_the_identity_quaternion():
     fd = (acceleration(q + h * dq, tree.masses + h * dm) - acceleration(q - h * dq, tree.masses - h * dm)) / (2 * h)
     assert bool(jnp.all(jnp.isfinite(tangent)))
     np.testing.assert_allclose(tangent, fd, rtol=1e-6, atol=1e-6)
-
-
-CASSIE = Path(__file__).parent.parent.parent / "shared" / "robots" / "cassie.xml"
-
-
-def _kkt(M, f, J, Jdot_v):
-    """The constrained acceleration of `M v̇ = f + Jᵀλ`, `J v̇ = −J̇v` (least squares: a planar
-    loop written in 3D gives dependent rows)."""
-    p = J.shape[0]
-    K = np.block([[M, J.T], [J, np.zeros((p, p))]])
-    return np.linalg.lstsq(K, np.concatenate([f, -Jdot_v]), rcond=1e-12)[0][: M.shape[0]]
-
-
-def test_cassie_against_mujocos_own_functions():
-    """Agility's Cassie (free pelvis, two ball joints, four `connect` loops): the keyframe loads
-    through `state_from_mujoco` and is projected onto the loops; at a random state with a
-    spinning pelvis and ball joints, the open tree's `M`, forces and `qacc` equal MuJoCo's;
-    on the loops (the projected keyframe, the pelvis turned, every joint moving along them),
-    the closed loops' acceleration equals a KKT solve written on MuJoCo's `mj_fullM`,
-    `qfrc_passive − qfrc_bias` and the equality rows of `efc_J` (`J̇v` by central
-    differences along `mj_integratePos`); the motors' forces equal `qfrc_actuator`."""
-    with pytest.warns(UserWarning):
-        model = models.from_mjcf(CASSIE, keyframe="home")
-    tree = model.system
-    assert (tree.num_coordinates, tree.num_velocities, len(model.constraints)) == (35, 32, 4)
-    mjm = mujoco.MjModel.from_xml_path(str(CASSIE))
-    flags = {name: int(getattr(mujoco.mjtDisableBit, f"mjDSBL_{name}")) for name in ("CONTACT", "LIMIT", "EQUALITY")}
-    d = mujoco.MjData(mjm)
-    rng = np.random.default_rng(3)
-    qpos = mjm.key_qpos[0].copy()
-    for a in [3] + [int(mjm.jnt_qposadr[j]) for j in range(mjm.njnt) if mjm.jnt_type[j] == 1]:
-        u = qpos[a : a + 4] + 0.3 * rng.normal(size=4)
-        qpos[a : a + 4] = u / np.linalg.norm(u)
-    qvel = rng.normal(size=mjm.nv)
-    qvel[3:6] = [3.0, -2.0, 4.0]
-    q, qd = model.state_from_mujoco(qpos, qvel)
-    for ours, theirs in zip(model.state_to_mujoco(q, qd), (qpos, qvel)):
-        np.testing.assert_allclose(ours, theirs, atol=1e-15)
-
-    def mujoco_terms(qpos, qvel, equality):
-        mjm.opt.disableflags = flags["CONTACT"] | flags["LIMIT"] | (0 if equality else flags["EQUALITY"])
-        d.qpos[:], d.qvel[:] = qpos, qvel
-        mujoco.mj_forward(mjm, d)
-        M = np.zeros((mjm.nv, mjm.nv))
-        mujoco.mj_fullM(mjm, d, M)
-        J = d.efc_J.reshape(d.nefc, mjm.nv).copy() if equality else None
-        return M, d.qfrc_passive - d.qfrc_bias, d.qacc.copy(), J
-
-    M, f, qacc, _ = mujoco_terms(qpos, qvel, equality=False)
-    # the ten motors, commanded beyond their ctrlrange at both ends, through `controlled`
-    ctrl = np.linspace(-20.0, 20.0, mjm.nu)
-    d.ctrl[:] = ctrl
-    mujoco.mj_forward(mjm, d)
-    G = np.asarray(tree.velocity_map(q))
-    np.testing.assert_allclose(model.actuators.forces(tree, q, qd, jnp.asarray(ctrl)), G.T @ d.qfrc_actuator, atol=1e-12)
-    d.ctrl[:] = 0.0
-    closed = ukjax.ConstrainedSystem(tree, model.constraints)
-
-    @eqx.filter_jit  # one program: the open tree's terms and the closed loops' acceleration
-    def terms(closed, q, qd):
-        return evaluate(closed.system, q, qd)[:3] + (closed.acceleration(0.0, q, qd),)
-
-    Mq, Qq, qdd, _ = terms(closed, q, qd)
-    np.testing.assert_allclose(Mq, G.T @ M @ G, atol=1e-12)
-    np.testing.assert_allclose(Qq, G.T @ f, atol=1e-10)
-    np.testing.assert_allclose(G @ qdd, qacc, rtol=1e-8, atol=1e-8)
-
-    # the closed loops where they hold (the two constraint forms agree only there): the
-    # projected keyframe with the pelvis turned and spinning, the rates moved onto MuJoCo's
-    # own rows, J v = 0
-    qpos = np.array(model.state_to_mujoco(model.q0, model.qd0)[0])
-    qpos[3:7] = rng.normal(size=4)
-    qpos[3:7] /= np.linalg.norm(qpos[3:7])
-    J = mujoco_terms(qpos, qvel, equality=True)[3]
-    assert J.shape == (12, mjm.nv)
-    qvel = qvel - np.linalg.lstsq(J, J @ qvel, rcond=1e-12)[0]
-    M, f, _, J = mujoco_terms(qpos, qvel, equality=True)
-    h, shifted = 1e-6, []
-    for sign in (1, -1):
-        moved = qpos.copy()
-        mujoco.mj_integratePos(mjm, moved, qvel, sign * h)
-        shifted.append(mujoco_terms(moved, qvel, equality=True)[3] @ qvel)
-    expected = _kkt(M, f, J, (shifted[0] - shifted[1]) / (2 * h))
-    q, qd = model.state_from_mujoco(qpos, qvel)
-    G = np.asarray(tree.velocity_map(q))
-    closed_qdd = terms(closed, q, qd)[3]
-    np.testing.assert_allclose(G @ closed_qdd, expected, rtol=1e-6, atol=1e-6 * np.max(np.abs(expected)))
 
 
 # A planar four-bar on a floating, tumbling frame: its `connect` has one row (along the hinges'

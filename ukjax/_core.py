@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from . import _linalg as la
+from ._jit import jit
 
 Method = Literal["svd", "cholesky"]
 METHODS = ("svd", "cholesky")
@@ -112,6 +113,7 @@ def sqrt_eps(x) -> float:
     return float(jnp.finfo(jnp.result_type(x)).eps) ** 0.5
 
 
+@jit  # called eagerly, the unrolled kernels would compile operation by operation
 def _checked_solve(M, Q, A, b, c, method) -> UKSolution:
     arrays = [jnp.asarray(x) for x in (M, Q, A, b) + (() if c is None else (c,))]
     for name, x in zip(("M", "Q", "A", "b", "c"), arrays):
