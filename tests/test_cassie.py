@@ -215,9 +215,10 @@ def undamped(model):
 def starts(model, undamped):
     """Eight random states projected onto the loops (turns of ~0.06 rad: from ~0.2 rad turns of
     the rods, projection lands the loops near configurations too stiff for RK4 at `H`)."""
-    states = [model.state_from_mujoco(*s) for s in random_states(model, mujoco_model(equality=True), 8, seed=1, scale=0.3)]
-    project = jax.vmap(eqx.filter_jit(undamped.project), in_axes=(None, 0, 0))
-    return project(0.0, *(jnp.stack(x) for x in zip(*states)))
+    states = random_states(model, mujoco_model(equality=True), 8, seed=1, scale=0.3)
+    # one by one: the program `from_mjcf` compiled to project the keyframe serves again
+    projected = [undamped.project(0.0, *model.state_from_mujoco(*s)) for s in states]
+    return tuple(jnp.stack(x) for x in zip(*projected))
 
 
 def test_closed_loops_against_mujocos_functions_in_a_batch(model, undamped, starts):
