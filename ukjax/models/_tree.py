@@ -61,9 +61,9 @@ def _add(X, Y):
 
 
 def _mm(A, B):
-    """`A @ B` over stacks of 3 × 3 matrices, as three products and sums (as fast as XLA's
-    dot on CPU; a dot with several batch dimensions, a vmapped batch of vmapped simulations,
-    was turned into an invalid program by XLA's layout pass)."""
+    """`A @ B` over stacks of 3 × 3 matrices `A` and 3-row matrices `B`, as three products and
+    sums (as fast as XLA's dot on CPU; a dot with several batch dimensions, a vmapped batch of
+    vmapped simulations, was turned into an invalid program by XLA's layout pass)."""
     return sum(A[..., :, k, None] * B[..., None, k, :] for k in range(3))
 
 
@@ -832,28 +832,32 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         """`point_motion` with the body's own rotation `R`, angular velocity `ω`, angular
         Jacobian `∂ω/∂q̇` and angular acceleration at `q̈ = 0` (world frame)."""
         kin = self.kinematics(q)
-        return self._point_motion(kin, self._motion(kin, qd), body, point)
+        one = self._points_motion(kin, self._motion(kin, qd), (body,), as_inexact(point)[None])
+        return _BodyMotion(*(x[0] for x in one))
 
-    def _point_motion(self, kin: Kinematics, motion, body: str, point) -> _BodyMotion:
-        """`_body_motion` from the kinematics and the bodies' motion (`_motion`), which several
-        points share."""
-        point = as_inexact(point)
+    def _points_motion(
+        self, kin: Kinematics, motion, bodies: tuple[str, ...], points: Float[Array, "k 3"]
+    ) -> _BodyMotion:
+        """`_body_motion` of `k` points at once (each field with a leading axis `k`), from the
+        kinematics and the bodies' motion (`_motion`), which all of them share."""
         dtype = kin.positions.dtype
-        n = kin.twists.shape[0]
-        zero, J = jnp.zeros(3, dtype), jnp.zeros((3, n), dtype)
-        index = self.body_index(body)
-        if index < 0:
-            return _BodyMotion(point.astype(dtype), J, zero, jnp.eye(3, dtype=dtype), zero, J, zero)
-        V, A = (x[index] for x in motion)
-        x = kin.positions[index] + kin.rotations[index] @ point
-        # every column at once: the velocity of the point per unit rate of each coordinate that
-        # moves the body
-        moves = self._topology.moves[index]
-        J = (kin.twists[:, 3:] + jnp.cross(kin.twists[:, :3], x)).T * moves
-        velocity = V[3:] + jnp.cross(V[:3], x)
+        b, n = len(self.parents), kin.twists.shape[0]
+        points = points.astype(dtype)
+        # the world as body b: a fixed frame at the origin that no coordinate moves
+        index = np.array([b if i < 0 else i for i in map(self.body_index, bodies)], dtype=int)
+        rotations = jnp.concatenate([kin.rotations, jnp.eye(3, dtype=dtype)[None]])[index]
+        positions = jnp.concatenate([kin.positions, jnp.zeros((1, 3), dtype)])[index]
+        V, A = (jnp.concatenate([x, jnp.zeros((1, 6), dtype)])[index] for x in motion)
+        moves = np.concatenate([self._topology.moves, np.zeros((1, n))])[index][:, None, :]
+        x = positions + _mv(rotations, points)
+        # every column at once: the velocity of each point per unit rate of each coordinate
+        # that moves its body
+        J = (kin.twists[None, :, 3:] + jnp.cross(kin.twists[None, :, :3], x[:, None, :])).swapaxes(1, 2) * moves
+        velocity = V[:, 3:] + jnp.cross(V[:, :3], x)
         # a body-fixed point: ẍ = a_O + α × x + ω × ẋ (spatial acceleration (α, a_O))
-        bias = A[3:] + jnp.cross(A[:3], x) + jnp.cross(V[:3], velocity)
-        return _BodyMotion(x, J, bias, kin.rotations[index], V[:3], kin.twists[:, :3].T * moves, A[:3])
+        bias = A[:, 3:] + jnp.cross(A[:, :3], x) + jnp.cross(V[:, :3], velocity)
+        return _BodyMotion(x, J, bias, rotations, V[:, :3], kin.twists[:, :3].T * moves, A[:, :3])
+
 
 def _tree_of(system) -> RigidBodyTree:
     """The rigid-body tree inside `system` (through `Forced`/`ConstrainedSystem` wrappers)."""
@@ -909,28 +913,31 @@ class Connect(AbstractSystemConstraint):
 
     @classmethod
     def stacked_rows(cls, constraints, system, t, q, qd):
-        # one evaluation of the tree's kinematics for all of a robot's loops
+        # one evaluation of the tree's kinematics, and one of every loop's rows at once
         tree = _tree_of(system)
         kin = tree.kinematics(q)
         motion = tree._motion(kin, qd)
-        return [
-            c._rows(
-                tree._point_motion(kin, motion, c.body1, c.anchor1),
-                tree._point_motion(kin, motion, c.body2, c.anchor2),
-                qd,
+        ends = [
+            tree._points_motion(kin, motion, bodies, jnp.stack(points))
+            for bodies, points in (
+                (tuple(c.body1 for c in constraints), [c.anchor1 for c in constraints]),
+                (tuple(c.body2 for c in constraints), [c.anchor2 for c in constraints]),
             )
-            for c in constraints
         ]
+        rows = cls._rows(*ends, qd)
+        return [jax.tree.map(lambda x: x[k], rows) for k in range(len(constraints))]
 
     @staticmethod
     def _rows(one: _BodyMotion, two: _BodyMotion, qd) -> ConstraintRows:
+        """The rows of `k` loops at once (leading axis `k`)."""
         # s = R₁ᵀ r with r = x₁ − x₂ and Ṙ₁ = [ω]× R₁:
         # s̈ = R₁ᵀ (r̈ − ω̇ × r − 2 ω × ṙ + ω × (ω × r))
         r, Jr = one.x - two.x, one.J - two.J
-        rd, w = Jr @ qd, one.omega
-        A = one.rotation.T @ (Jr + jnp.cross(r, one.J_omega.T).T)
+        rd, w = jnp.sum(Jr * qd, axis=-1), one.omega
+        Rt = one.rotation.swapaxes(1, 2)
+        A = _mm(Rt, Jr + jnp.cross(r[:, None, :], one.J_omega.swapaxes(1, 2)).swapaxes(1, 2))
         bias = one.bias - two.bias + jnp.cross(r, one.alpha) - 2 * jnp.cross(w, rd) + jnp.cross(w, jnp.cross(w, r))
-        return ConstraintRows(A, -one.rotation.T @ bias, one.rotation.T @ r, A @ qd)
+        return ConstraintRows(A, -_mv(Rt, bias), _mv(Rt, r), jnp.sum(A * qd, axis=-1))
 
     def sketch(self, system, t, q):
         """Each body's origin joined to its anchor, and the gap between the anchors."""
