@@ -236,15 +236,16 @@ class Kinematics(eqx.Module):
 
 
 class _BodyMotion(NamedTuple):
-    """A body-fixed point's motion and its body's rotation (`RigidBodyTree._body_motion`)."""
+    """A body-fixed point's motion and its body's rotation (`RigidBodyTree._body_motion`), or
+    those of `k` points stacked (`RigidBodyTree._points_motion`)."""
 
-    x: Float[Array, " 3"]
-    J: Float[Array, "3 n"]
-    bias: Float[Array, " 3"]
-    rotation: Float[Array, "3 3"]
-    omega: Float[Array, " 3"]
-    J_omega: Float[Array, "3 n"]
-    alpha: Float[Array, " 3"]
+    x: Float[Array, "*k 3"]
+    J: Float[Array, "*k 3 n"]
+    bias: Float[Array, "*k 3"]
+    rotation: Float[Array, "*k 3 3"]
+    omega: Float[Array, "*k 3"]
+    J_omega: Float[Array, "*k 3 n"]
+    alpha: Float[Array, "*k 3"]
 
 
 class RigidBodyTree(AbstractUnconstrainedSystem):
