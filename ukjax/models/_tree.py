@@ -61,15 +61,17 @@ def _add(X, Y):
 
 
 def _mm(A, B):
-    """`A @ B` over stacks of 3 × 3 matrices `A` and 3-row matrices `B`, as three products and
-    sums (as fast as XLA's dot on CPU; a dot with several batch dimensions, a vmapped batch of
+    """`A @ B` over stacks of 3 × 3 matrices `A` and 3-row matrices `B`, as a product and a sum
+    (as fast as XLA's dot on CPU; a dot with several batch dimensions, a vmapped batch of
     vmapped simulations, was turned into an invalid program by XLA's layout pass)."""
-    return sum(A[..., :, k, None] * B[..., None, k, :] for k in range(3))
+    P = A[..., :, :, None] * B[..., None, :, :]
+    return P[..., 0, :] + P[..., 1, :] + P[..., 2, :]
 
 
 def _mv(A, x):
     """`A @ x` over stacks of 3 × 3 matrices and 3-vectors (as `_mm`)."""
-    return sum(A[..., :, k] * x[..., None, k] for k in range(3))
+    P = A * x[..., None, :]
+    return P[..., 0] + P[..., 1] + P[..., 2]
 
 
 def _put(x: Array, index: np.ndarray | tuple[np.ndarray, ...], values: ArrayLike) -> Array:
