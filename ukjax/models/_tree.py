@@ -61,9 +61,11 @@ def _add(X, Y):
 
 
 def _mm(A, B):
-    """`A @ B` over stacks of 3 × 3 matrices `A` and 3-row matrices `B`, as a product and a sum
-    (as fast as XLA's dot on CPU; a dot with several batch dimensions, a vmapped batch of
-    vmapped simulations, was turned into an invalid program by XLA's layout pass)."""
+    """`A @ B` over stacks of 3 × 3 matrices `A` and 3-row matrices `B`, as one broadcast product
+    whose three slices are added: as fast as XLA's dot on CPU (a dot with several batch
+    dimensions, a vmapped batch of vmapped simulations, was turned into an invalid program by
+    XLA's layout pass), faster than `jnp.sum` over the size-3 axis (13–33 % on Cassie and a
+    loop file), and few operations to trace."""
     P = A[..., :, :, None] * B[..., None, :, :]
     return P[..., 0, :] + P[..., 1, :] + P[..., 2, :]
 
