@@ -47,12 +47,18 @@ def test_pendulum_against_dop853_and_energy(method):
     )
     q0 = length * jnp.array([np.sin(th0), -np.cos(th0)])
     qd0 = length * thd0 * jnp.array([np.cos(th0), np.sin(th0)])
-    sol = ukjax.simulate(pendulum(length=length, method=method), q0, qd0, 0.0, t1, ts=ts, **TOL)
+    system = pendulum(length=length, method=method)
+    sol = ukjax.simulate(system, q0, qd0, 0.0, t1, ts=ts, **TOL)
     np.testing.assert_allclose(sol.q[:, 0], length * np.sin(ref.y[0]), atol=1e-8)
     np.testing.assert_allclose(sol.q[:, 1], -length * np.cos(ref.y[0]), atol=1e-8)
     energy = 0.5 * jnp.sum(sol.qd**2, axis=1) + G * sol.q[:, 1]
     assert jnp.max(jnp.abs(energy - energy[0])) < 1e-8 * G * length
     assert jnp.max(jnp.abs(sol.phi)) < 1e-8
+    # backwards in time from the end, the same motion; an empty interval, no motion
+    back = ukjax.simulate(system, sol.q[-1], sol.qd[-1], t1, 0.0, ts=ts[::-1], **TOL)
+    np.testing.assert_allclose(back.q[::-1], sol.q, atol=1e-8)
+    still = ukjax.simulate(system, q0, qd0, 2.0, 2.0, ts=np.full_like(ts, 2.0), **TOL)
+    assert bool(jnp.all(still.q == q0)) and bool(still.success)
 
 
 def test_knife_edge_on_incline_closed_form():

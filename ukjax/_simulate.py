@@ -123,9 +123,11 @@ class RK4(diffrax.AbstractERK):
 # adjoints JAX transforms the cached program instead of tracing the Python again. Always nested
 # in `_simulate`'s program, so with no compiler options of its own.
 @eqx.filter_jit
-def _vector_field(t, y, system):
+def _vector_field(s, y, args):
+    # in the normalised time s = (t - t0) / (t1 - t0) of `_simulate`
+    system, t0, span = args
     q, qd, _ = y
-    sol = system.solve(t, q, qd)
+    sol = system.solve(t0 + s * span, q, qd)
     # Results follow the state's dtype even where the model's parameters are wider.
     qdd = sol.acceleration.astype(qd.dtype)
     nonfinite = ~(jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)))
@@ -134,7 +136,8 @@ def _vector_field(t, y, system):
     # step onto the fault (the indicator jumps there) and the event stops the solve, instead
     # of rejecting NaN steps until max_steps.
     qdd = jnp.where(jnp.any(faults[:_FATAL]), 0, qdd)
-    return qd, qdd, faults.astype(qd.dtype)
+    # the indicators' sign follows the span's; only whether they are zero is read
+    return span * qd, span * qdd, span * faults.astype(qd.dtype)
 
 
 def _fatal(t, y, args, **kwargs):
@@ -262,15 +265,26 @@ def _simulate(
     system, q0, qd0, t0, t1, ts, solver, rtol, atol, dt0, adaptive, max_steps, adjoint, throw, progress_meter
 ):
     controller = diffrax.PIDController(rtol=rtol, atol=atol) if adaptive else diffrax.ConstantStepSize()
+    # diffrax integrates from 0 to 1 in s = (t - t0) / (t1 - t0): its end time is then a
+    # constant, and what it derives from it (100 `prevbefore` calls, 1 500 operations) folds
+    # away when compiling, 0.2 s less to compile every simulation. Fixed steps: the N steps
+    # diffrax would take in t, each ending at t0 + (t1 - t0) k / N as there.
+    span = t1 - t0
+    scale = jnp.where(span == 0, 1.0, span)  # t0 = t1: nothing moves, any s will do
+    if dt0 is not None and not adaptive:
+        dt0 = 1 / jnp.maximum(jnp.ceil(jnp.abs(span) / jnp.nextafter(jnp.abs(dt0), jnp.inf)), 1)
+    elif dt0 is not None:
+        dt0 = dt0 / scale
+    s0, s1 = jnp.zeros((), q0.dtype), jnp.ones((), q0.dtype)
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(_vector_field),
         solver,
-        t0,
-        t1,
+        s0,
+        s1,
         dt0,
         (q0, qd0, jnp.zeros(4, q0.dtype)),
-        args=system,
-        saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)]),
+        args=(system, t0, span),
+        saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=(ts - t0) / scale), diffrax.SubSaveAt(t1=True)]),
         stepsize_controller=controller,
         max_steps=max_steps,
         adjoint=adjoint,
