@@ -134,9 +134,13 @@ def test_faults_are_reported_as_what_they_are_and_fast():
         return jnp.diag(jnp.stack([1.0 + 0 * t, 0.5 - t]))
 
     softening = ukjax.ExplicitSystem(mass, lambda t, q, qd: jnp.zeros(2))
-    out = ukjax.simulate(softening, jnp.zeros(2), jnp.ones(2), 0.0, 1.0, throw=False)
+    ts = jnp.linspace(0.0, 1.0, 11)
+    out = ukjax.simulate(softening, jnp.zeros(2), jnp.ones(2), 0.0, 1.0, ts=ts, throw=False)
     assert out.status == ukjax.Status.SINGULAR_MASS_MATRIX
     assert int(out.stats["num_steps"]) < 200
+    # q = t (no forces) before the mass matrix turns singular at t = 0.5; no motion after it
+    np.testing.assert_allclose(out.q[:5], jnp.stack([ts[:5], ts[:5]], axis=1), rtol=0, atol=1e-12)
+    assert bool(jnp.all(jnp.isinf(out.q[6:]))) and bool(jnp.all(jnp.isinf(out.qd[6:])))
     with pytest.raises(Exception, match="stopped being symmetric positive definite"):
         ukjax.simulate(softening, jnp.zeros(2), jnp.ones(2), 0.0, 1.0)
 

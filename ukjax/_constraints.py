@@ -19,7 +19,8 @@ def as_inexact(x: ArrayLike) -> Array:
     if isinstance(x, np.ndarray):
         # With the dtype named, `asarray` does not compile a program per new shape (a file's
         # import converts tens of NumPy arrays).
-        return jnp.asarray(x, jax.dtypes.canonicalize_dtype(x.dtype if np.issubdtype(x.dtype, np.inexact) else float))
+        dtype = x.dtype if np.issubdtype(x.dtype, np.inexact) else float
+        return jnp.asarray(x, jax.dtypes.canonicalize_dtype(dtype))
     x = jnp.asarray(x)
     return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.result_type(float))
 
