@@ -100,8 +100,7 @@ DISTRIBUTED = textwrap.dedent(
     m = models.coordinated_robots()
     system = ukjax.ConstrainedSystem(m.system, m.constraints)
     q0 = jnp.broadcast_to(m.q0, (6, 5))
-    directions = 0.3 * jnp.sin(jnp.arange(5.0) + jnp.arange(6.0)[:, None])
-    qd0 = jax.jit(jax.vmap(lambda v: system.project(0.0, m.q0, v)[1]))(directions)
+    qd0 = jnp.array(json.loads(sys.argv[3]))  # the parent's, projected onto the constraints
     fixed = dict(solver=ukjax.RK4(), adaptive=False, dt0=0.01)
     assert len(jax.devices()) == 2 and len(jax.local_devices()) == 1
     sol = ukjax.simulate_batch(system, q0, qd0, 0.0, 0.5, **fixed)
@@ -121,9 +120,13 @@ def test_two_processes_under_jax_distributed():
         address = f"localhost:{s.getsockname()[1]}"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, JAX_NUM_CPU_DEVICES="1", JAX_PLATFORMS="cpu", PYTHONPATH=root)
+    m = models.coordinated_robots()
+    system = ukjax.ConstrainedSystem(m.system, m.constraints)
+    directions = 0.3 * jnp.sin(jnp.arange(5.0) + jnp.arange(6.0)[:, None])
+    qd0 = jax.jit(jax.vmap(lambda v: system.project(0.0, m.q0, v)[1]))(directions)
     processes = [
         subprocess.Popen(
-            [sys.executable, "-c", DISTRIBUTED, str(i), address],
+            [sys.executable, "-c", DISTRIBUTED, str(i), address, json.dumps(np.asarray(qd0).tolist())],
             env=env,
             cwd=root,
             stdout=subprocess.PIPE,
@@ -133,10 +136,6 @@ def test_two_processes_under_jax_distributed():
         for i in range(2)
     ]
     # The reference, computed here while the two processes run (each held its members only).
-    m = models.coordinated_robots()
-    system = ukjax.ConstrainedSystem(m.system, m.constraints)
-    directions = 0.3 * jnp.sin(jnp.arange(5.0) + jnp.arange(6.0)[:, None])
-    qd0 = jax.jit(jax.vmap(lambda v: system.project(0.0, m.q0, v)[1]))(directions)
     ref = vmapped(system, jnp.broadcast_to(m.q0, (6, 5)), qd0, **FIXED, t1=0.5).q
     outputs = [p.communicate(timeout=600) for p in processes]
     for i, (p, (out, err)) in enumerate(zip(processes, outputs)):
