@@ -147,8 +147,8 @@ class _StopAtFault(diffrax.AbstractStepSizeController):
     where that step began, so that the saves from there on are voided.
 
     A diffrax `Event` does the same, but makes the solve's result a traced value: diffrax
-    then traces its step once more and compiles the event's machinery, 0.4–0.8 s of tracing
-    and up to 0.5 s of XLA compile for a batch of the coordinated robots or of Cassie.
+    then traces its step once more, and the program carries the event's machinery (0.3–0.5 s
+    more tracing for a batch of the coordinated robots or of Cassie).
     """
 
     controller: diffrax.AbstractStepSizeController
