@@ -62,8 +62,8 @@ class Solution(eqx.Module):
     **Attributes:**
 
     - `ts`: saved times, shape (k,).
-    - `q`, `qd`: coordinates and velocities, shape (k, n); `inf` from the step on where a fault
-      stopped the solve.
+    - `q`, `qd`: coordinates and velocities, shape (k, n); `inf` from the step where a fault
+      stopped the solve onward.
     - `phi`, `phid`: constraint violation at position and velocity level, shape (k, p), for a
       `ConstrainedSystem` (see its `violation`) or the servo tracking error of a closed loop;
       `None` for a system without constraints.
@@ -328,8 +328,9 @@ def _simulate(
         progress_meter=progress_meter,
     )
     (q, qd, _), (_, _, health) = sol.ys
-    # The saves from the step that met a fatal fault on hold no motion (that step's
-    # interpolation was stretched to the end), as diffrax leaves the saves after an event.
+    # From the step that met a fatal fault onward the saves hold no motion (that step's
+    # interpolation was stretched to the end): voided, as diffrax leaves the saves it never
+    # reached.
     void = (saves > sol.controller_state[1])[:, None]
     q, qd = jnp.where(void, jnp.inf, q), jnp.where(void, jnp.inf, qd)
     start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
