@@ -74,11 +74,17 @@ def test_tendon_equality_and_motor_kinds():
     mjm = mujoco.MjModel.from_xml_string(xml)
     q, qd, ctrl = np.array([0.4, -0.3, 0.1]), np.array([0.5, 1.0, -0.7]), np.array([0.2, 0.9, -0.4])
     expected, d = mujoco_forces(mjm, q, qd, ctrl)
-    ours = model.controlled(lambda t, q, qd: jnp.asarray(ctrl)).forces(0.0, jnp.asarray(q), jnp.asarray(qd))
-    np.testing.assert_allclose(ours, expected, atol=1e-12)
     coupling = model.constraints[0]
     assert isinstance(coupling, models.TendonCoupling)
-    np.testing.assert_allclose(coupling.residual(model.system, 0.0, jnp.asarray(q)), d.efc_pos[:1], atol=1e-14)
+
+    @jax.jit  # one program: evaluated eagerly, the tree compiles operation by operation
+    def ours(q, qd):
+        forces = model.controlled(lambda t, q, qd: jnp.asarray(ctrl)).forces(0.0, q, qd)
+        return forces, coupling.residual(model.system, 0.0, q)
+
+    forces, residual = ours(jnp.asarray(q), jnp.asarray(qd))
+    np.testing.assert_allclose(forces, expected, atol=1e-12)
+    np.testing.assert_allclose(residual, d.efc_pos[:1], atol=1e-14)
     np.testing.assert_array_equal(model.actuation[:, 0], [3.0, 0.0, 0.0])
     np.testing.assert_array_equal(model.actuation[:, 1:], 0.0)  # not plain motors: through controlled()
 

@@ -91,8 +91,8 @@ def test_minimum_norm_and_nullspace_term():
 def test_seed_formula_equals_exact_without_passive_constraints():
     model = models.two_mass_spring()
     q, qd = jnp.array([0.1, 2.3]), jnp.array([0.2, -0.1])
-    exact = ukjax.ServoControl(model.system, model.servo, model.actuation)(0.0, q, qd)
-    seed = ukjax.ServoControl(model.system, model.servo, model.actuation, exact=False)(0.0, q, qd)
+    exact = call(ukjax.ServoControl(model.system, model.servo, model.actuation), 0.0, q, qd)
+    seed = call(ukjax.ServoControl(model.system, model.servo, model.actuation, exact=False), 0.0, q, qd)
     np.testing.assert_allclose(exact, seed, rtol=1e-13)
 
 
@@ -101,8 +101,8 @@ def test_unachievable_servo_constraints_are_reported():
     # two servo rows (x1 and x2 each prescribed), one input: not achievable in general
     both = [ukjax.Holonomic(lambda t, q: q[0] - jnp.sin(t)), ukjax.Holonomic(lambda t, q: q[1] - 2.0)]
     ctrl = ukjax.ServoControl(model.system, both, model.actuation)
-    assert not ctrl.achievable(0.0, jnp.array([0.0, 2.5]), jnp.array([1.0, 0.0]))
-    assert ukjax.ServoControl(model.system, model.servo, model.actuation).achievable(0.0, model.q0, model.qd0)
+    assert not call(ctrl.achievable, 0.0, jnp.array([0.0, 2.5]), jnp.array([1.0, 0.0]))
+    assert call(ukjax.ServoControl(model.system, model.servo, model.actuation).achievable, 0.0, model.q0, model.qd0)
     out = ukjax.simulate(
         ctrl.closed_loop(), jnp.array([0.0, 2.5]), jnp.array([1.0, 0.0]), 0.0, 1.0, throw=False
     )

@@ -553,7 +553,7 @@ def test_option_flags_are_honoured(flag):
     # the motor's ctrlrange clamps a command beyond it, in `controlled` as in MuJoCo
     d.ctrl[:] = [1.6]
     mujoco.mj_forward(mjm, d)
-    driven = model.controlled(lambda t, q, qd: jnp.array([1.6])).forces(0.0, jnp.asarray(q), jnp.asarray(qd))
+    driven = forces(model.controlled(lambda t, q, qd: jnp.array([1.6])), jnp.asarray(q), jnp.asarray(qd))
     np.testing.assert_allclose(driven, d.qfrc_passive - d.qfrc_bias + d.qfrc_actuator, atol=1e-12)
 
 

@@ -40,9 +40,15 @@ def test_lagrangian_scara_matches_seed001_closed_form(seed):
     arm = ScaraArm()
     lag = scara_lagrangian(arm)
     q, qd = jnp.asarray(rng.normal(size=4)), jnp.asarray(rng.normal(size=4))
-    np.testing.assert_allclose(lag.mass_matrix(0.0, q), arm.mass_matrix(0.0, q), atol=1e-12)
-    np.testing.assert_allclose(lag.forces(0.0, q, qd), arm.forces(0.0, q, qd), atol=1e-12)
-    np.testing.assert_allclose(lag.acceleration(0.0, q, qd), arm.acceleration(0.0, q, qd), atol=1e-11)
+
+    @jax.jit  # one program: evaluated eagerly, the unrolled solve compiles operation by operation
+    def both(q, qd):
+        return [(s.mass_matrix(0.0, q), s.forces(0.0, q, qd), s.acceleration(0.0, q, qd)) for s in (lag, arm)]
+
+    (M, Q, qdd), (M_arm, Q_arm, qdd_arm) = both(q, qd)
+    np.testing.assert_allclose(M, M_arm, atol=1e-12)
+    np.testing.assert_allclose(Q, Q_arm, atol=1e-12)
+    np.testing.assert_allclose(qdd, qdd_arm, atol=1e-11)
 
 
 def test_lagrangian_time_dependent_support():
@@ -78,24 +84,32 @@ def test_constraining_again_solves_jointly_and_sequential_is_the_literal_cascade
     inner = ukjax.ConstrainedSystem(system, c1)
     direct = ukjax.ConstrainedSystem(system, [c1, c2])
     joint = ukjax.ConstrainedSystem(inner, c2)
-    for name in ("acceleration", "constraint_force"):
-        np.testing.assert_allclose(
-            getattr(joint, name)(0.3, q, qd), getattr(direct, name)(0.3, q, qd), atol=1e-12
-        )
-    for got, want in zip(joint.violation(0.3, q, qd), direct.violation(0.3, q, qd)):
-        np.testing.assert_array_equal(got, want)
-    np.testing.assert_allclose(joint.forces(0.3, q, qd), system.forces(0.3, q, qd))  # applied forces only
-
     nested = ukjax.ConstrainedSystem(inner, [c1, c2], sequential=True)
-    np.testing.assert_allclose(nested.acceleration(0.3, q, qd), direct.acceleration(0.3, q, qd), atol=1e-12)
-    np.testing.assert_allclose(
-        nested.constraint_force(0.3, q, qd), direct.constraint_force(0.3, q, qd), atol=1e-12
-    )
     only_c2 = ukjax.ConstrainedSystem(inner, c2, sequential=True)
-    rows1 = inner.rows(0.3, q, qd)
-    residual = rows1.A @ only_c2.acceleration(0.3, q, qd) - rows1.b
+
+    @jax.jit  # one program: evaluated eagerly, the unrolled solves compile operation by operation
+    def evaluate(q, qd):
+        solves = {
+            name: (s.acceleration(0.3, q, qd), s.constraint_force(0.3, q, qd))
+            for name, s in (("joint", joint), ("direct", direct), ("nested", nested))
+        }
+        violations = joint.violation(0.3, q, qd), direct.violation(0.3, q, qd), only_c2.violation(0.3, q, qd)
+        forces = joint.forces(0.3, q, qd), system.forces(0.3, q, qd)
+        return solves, violations, forces, inner.rows(0.3, q, qd), only_c2.acceleration(0.3, q, qd)
+
+    solves, (joint_violation, direct_violation, only_c2_violation), (joint_forces, forces), rows1, only_c2_qdd = (
+        evaluate(q, qd)
+    )
+    for got, want in zip(solves["joint"], solves["direct"]):
+        np.testing.assert_allclose(got, want, atol=1e-12)
+    for got, want in zip(joint_violation, direct_violation):  # the same rows, to rounding
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(joint_forces, forces)  # applied forces only
+    for got, want in zip(solves["nested"], solves["direct"]):
+        np.testing.assert_allclose(got, want, atol=1e-12)
+    residual = rows1.A @ only_c2_qdd - rows1.b
     assert jnp.linalg.norm(residual) > 1e-3
-    assert only_c2.violation(0.3, q, qd)[0].shape == (3,)  # both levels reported
+    assert only_c2_violation[0].shape == (3,)  # both levels reported
 
 
 def test_system_type_errors():

@@ -304,7 +304,8 @@ def _simulate(args: argparse.Namespace) -> None:
     tree = model.system
     stabilization = ukjax.Baumgarte(args.alpha, args.beta) if args.alpha or args.beta else None
     system = ukjax.ConstrainedSystem(tree, model.constraints, stabilization) if model.constraints else tree
-    rows = system.rows(0.0, model.q0, model.qd0).b.shape[0] if model.constraints else 0
+    # shapes only: evaluated, the rows would compile operation by operation
+    rows = jax.eval_shape(system.rows, 0.0, model.q0, model.qd0).b.shape[0] if model.constraints else 0
     print(
         f"{args.file}: {len(tree.body_names)} bodies, {len(tree.joint_names)} joints, {len(model.constraints)} "
         f"constraints ({rows} rows); t ∈ [0, {args.t1:g}] s, Tsit5, rtol=atol={args.tol:g}"
@@ -330,7 +331,7 @@ def _simulate(args: argparse.Namespace) -> None:
     status = ukjax.Status(int(sol.status)).name
     violation = jnp.max(jnp.abs(sol.phi), axis=1) if sol.phi is not None else jnp.zeros_like(sol.ts)
     # the tree's quaternion norm rows come first, the file's equalities after them
-    own = tree.constraint_levels(0.0, model.q0, model.qd0)
+    own = jax.eval_shape(tree.constraint_levels, 0.0, model.q0, model.qd0)
     norms = own[0].rows.b.shape[0] if own else 0
     parts = f"max constraint violation {float(jnp.nanmax(violation)):.2e}"
     if norms and sol.phi is not None:
