@@ -128,7 +128,9 @@ def _forward_gradient(f: Callable) -> Callable:
         return f(theta)
 
     def g_fwd(theta):
-        return f(theta), jax.jacfwd(f)(theta)
+        # the value as the tangents' auxiliary output: one primal pass, not one more beside them
+        grad, value = jax.jacfwd(lambda x: (value := f(x), value), has_aux=True)(theta)
+        return value, grad
 
     def g_bwd(grad, cotangent):
         return (cotangent * grad,)
