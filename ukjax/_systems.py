@@ -365,19 +365,17 @@ class ConstrainedSystem(AbstractSystem):
         `(q, qd)`, consistent up to round-off where a consistent state is near.
         """
 
-        def phi(q):
-            return self.violation(t, q, jnp.zeros_like(q))[0]
+        def least_squares_step(residual, x):
+            # the residual as the Jacobian's auxiliary output: evaluated once, not twice
+            jacobian, r = jax.jacfwd(lambda x: (r := residual(x), r), has_aux=True)(x)
+            return x - jnp.linalg.pinv(jacobian) @ r
 
         def newton(_, q):
-            return q - jnp.linalg.pinv(jax.jacfwd(phi)(q)) @ phi(q)
+            return least_squares_step(lambda q: self.violation(t, q, jnp.zeros_like(q))[0], q)
 
         q = jax.lax.fori_loop(0, iterations, newton, q)
-
-        def phid(qd):
-            return self.violation(t, q, qd)[1]
-
         # Φ̇ and ψ are affine in q̇, so one least-squares step is exact.
-        return q, qd - jnp.linalg.pinv(jax.jacfwd(phid)(qd)) @ phid(qd)
+        return q, least_squares_step(lambda qd: self.violation(t, q, qd)[1], qd)
 
 
 class Forced(AbstractSystem):
