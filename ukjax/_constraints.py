@@ -50,6 +50,14 @@ def _jacobian(fn, q):
     return jnp.stack([jax.jvp(fn, (q,), (basis[j],))[1] for j in range(q.shape[0])], axis=-1)
 
 
+def value_and_jacfwd(fn: Callable, x: Array) -> tuple[Array, Array]:
+    """`(fn(x), ∂fn/∂x)` by forward mode with `fn` evaluated once: the value is the tangents'
+    auxiliary output. Beside `jax.jacfwd(fn)(x)`, `fn(x)` is a second copy of `fn` in the
+    program, which XLA does not merge where it holds a while loop (a simulation)."""
+    jacobian, value = jax.jacfwd(lambda x: (value := fn(x), value), has_aux=True)(x)
+    return value, jacobian
+
+
 def _as_rows(x, name: str) -> Array:
     x = jnp.asarray(x)
     if x.ndim > 1:

@@ -23,7 +23,7 @@ import optax
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float, PyTree, Real
 
-from ._constraints import Baumgarte
+from ._constraints import Baumgarte, value_and_jacfwd
 from ._control import ServoControl
 from ._jit import jit
 from ._simulate import Status, simulate
@@ -128,9 +128,7 @@ def _forward_gradient(f: Callable) -> Callable:
         return f(theta)
 
     def g_fwd(theta):
-        # the value as the tangents' auxiliary output: one primal pass, not one more beside them
-        grad, value = jax.jacfwd(lambda x: (value := f(x), value), has_aux=True)(theta)
-        return value, grad
+        return value_and_jacfwd(f, theta)
 
     def g_bwd(grad, cotangent):
         return (cotangent * grad,)
@@ -360,7 +358,7 @@ class _Residuals(eqx.Module):
         @flat.defjvp
         def flat_jvp(primals, tangents):
             (theta,), (dtheta,) = primals, tangents
-            jacobian, r = jax.jacfwd(lambda x: (r := self._flat(x), r), has_aux=True)(theta)
+            r, jacobian = value_and_jacfwd(self._flat, theta)
             return r, jacobian @ dtheta
 
         return flat(theta), None

@@ -13,7 +13,7 @@ import jax.scipy.linalg as jsl
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from ._animate import Sketch, join
-from ._constraints import AbstractConstraint, Baumgarte, ConstraintRows, stack_rows
+from ._constraints import AbstractConstraint, Baumgarte, ConstraintRows, stack_rows, value_and_jacfwd
 from ._core import Method, UKSolution, check_method, check_shapes, free_solve, uk_solve
 from ._jit import jit
 
@@ -366,8 +366,7 @@ class ConstrainedSystem(AbstractSystem):
         """
 
         def least_squares_step(residual, x):
-            # the residual as the Jacobian's auxiliary output: evaluated once, not twice
-            jacobian, r = jax.jacfwd(lambda x: (r := residual(x), r), has_aux=True)(x)
+            r, jacobian = value_and_jacfwd(residual, x)
             return x - jnp.linalg.pinv(jacobian) @ r
 
         def newton(_, q):
