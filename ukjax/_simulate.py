@@ -118,16 +118,42 @@ class RK4(diffrax.AbstractERK):
         return 4
 
 
+@jax.custom_jvp
+def _tied(q, qd, parameters):
+    return q, qd
+
+
+@_tied.defjvp
+def _tied_jvp(primals, tangents):
+    # Zero tangents arrive instantiated, but `linearize` would take them for zero again: a
+    # term in every tangent keeps both perturbed.
+    zero = 0 * sum(jnp.sum(t) for t in jax.tree.leaves(tangents))
+    return primals[:2], (tangents[0] + zero, tangents[1] + zero)
+
+
+def _vector_field(s, y, args):
+    q, qd, _ = y
+    # JAX settles which of a loop's carries are batched (under vmap) or perturbed (under jvp,
+    # linearize and diffrax's checkpointed adjoint) by transforming the loop body until they
+    # stop changing. The rates are called alike in every pass, so that their large program is
+    # transformed once, not once per pass: the time is batched wherever the state is, and the
+    # state perturbed wherever it or a parameter is. Tracing on the coordinated robots, 2
+    # cores: a vmapped simulation 1.9 -> 1.4 s, its forward-mode derivative 1.9 -> 1.4 s, the
+    # reverse-mode gradient in all the parameters 8.8-9.1 -> 7.5-7.6 s.
+    s = jnp.where(jnp.any(jnp.isnan(q)), s, s)
+    q, qd = _tied(q, qd, [x for x in jax.tree.leaves(args) if eqx.is_inexact_array(x)])
+    return _rates(s, q, qd, args)
+
+
 # Jitted so that its trace is cached: diffrax traces the vector field once per stage and once
 # more per shape query, and for the unrolled kernels each trace costs seconds (measured on the
 # coordinated robots' servo control: 9.4 s of tracing per simulation). Under vmap, jvp and the
 # adjoints JAX transforms the cached program instead of tracing the Python again. Always nested
 # in `_simulate`'s program, so with no compiler options of its own.
 @eqx.filter_jit
-def _vector_field(s, y, args):
+def _rates(s, q, qd, args):
     # in the normalised time s = (t - t0) / (t1 - t0) of `_simulate`
     system, t0, span = args
-    q, qd, _ = y
     sol = system.solve(t0 + s * span, q, qd)
     # Results follow the state's dtype even where the model's parameters are wider.
     qdd = sol.acceleration.astype(qd.dtype)
@@ -274,7 +300,7 @@ def simulate(
         raise ValueError("Fixed-step integration (adaptive=False) needs a step size dt0.")
     if adaptive and isinstance(solver, RK4):
         raise ValueError("ukjax.RK4 has no error estimate: use it with adaptive=False and dt0.")
-    return _simulate(
+    solution = _simulate(
         system,
         q0,
         qd0,
@@ -288,14 +314,19 @@ def simulate(
         adaptive,
         max_steps,
         diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
-        throw,
         diffrax.NoProgressMeter() if progress_meter is None else progress_meter,
     )
+    # Outside the simulation's program: a run with `throw` and one without share it.
+    if throw:
+        solution = eqx.branched_error_if(
+            solution, solution.status != Status.SUCCESS, solution.status, [_MESSAGES[s] for s in Status]
+        )
+    return solution
 
 
 @jit
 def _simulate(
-    system, q0, qd0, t0, t1, ts, solver, rtol, atol, dt0, adaptive, max_steps, adjoint, throw, progress_meter
+    system, q0, qd0, t0, t1, ts, solver, rtol, atol, dt0, adaptive, max_steps, adjoint, progress_meter
 ):
     controller = diffrax.PIDController(rtol=rtol, atol=atol) if adaptive else diffrax.ConstantStepSize()
     # diffrax integrates from 0 to 1 in s = (t - t0) / (t1 - t0): its end time is then a
@@ -337,9 +368,4 @@ def _simulate(
     status = _status(sol.result, start_finite, health[-1], q, qd)
     violation = jax.vmap(system.violation)(ts, q, qd)
     phi, phid = (None, None) if violation is None else violation
-    solution = Solution(ts, q, qd, phi, phid, status, sol.stats)
-    if throw:
-        solution = eqx.branched_error_if(
-            solution, status != Status.SUCCESS, status, [_MESSAGES[s] for s in Status]
-        )
-    return solution
+    return Solution(ts, q, qd, phi, phid, status, sol.stats)
