@@ -267,7 +267,7 @@ def simulate(
     - `max_steps`: the most steps the solver may take.
     - `adjoint`: a diffrax adjoint for gradients (default: checkpointed reverse mode;
       `diffrax.ForwardMode()` for forward-mode Jacobians).
-    - `throw`: raise on failure; pass `False` under `vmap` and read `status`.
+    - `throw`: raise a `RuntimeError` on failure; pass `False` under `vmap` and read `status`.
     - `progress_meter`: e.g. `diffrax.TqdmProgressMeter()`.
 
     **Returns:**
@@ -316,11 +316,14 @@ def simulate(
         diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
         diffrax.NoProgressMeter() if progress_meter is None else progress_meter,
     )
-    # Outside the simulation's program: a run with `throw` and one without share it.
-    if throw:
+    # Outside the simulation's program, so that a run with `throw` and one without share it:
+    # in the caller's program where `simulate` is traced, in Python where it ran.
+    if throw and isinstance(solution.status, jax.core.Tracer):
         solution = eqx.branched_error_if(
             solution, solution.status != Status.SUCCESS, solution.status, [_MESSAGES[s] for s in Status]
         )
+    elif throw and solution.status != Status.SUCCESS:
+        raise RuntimeError(_MESSAGES[Status(int(solution.status))])
     return solution
 
 
