@@ -128,7 +128,7 @@ def _tied_jvp(primals, tangents):
     # Zero tangents arrive instantiated, but `linearize` would take them for zero again: a
     # term in every tangent keeps both perturbed.
     zero = 0 * sum(jnp.sum(t) for t in jax.tree.leaves(tangents))
-    return primals[:2], (tangents[0] + zero, tangents[1] + zero)
+    return primals[:2], tuple(t + zero.astype(t.dtype) for t in tangents[:2])
 
 
 def _vector_field(s, y, args):
