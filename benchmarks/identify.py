@@ -149,8 +149,10 @@ def inverse_dynamics(horizon: float) -> dict:
     control = ukjax.ServoControl(passive, model.servo, model.actuation)
     ts = jnp.linspace(0.0, horizon, round(20 * horizon) + 1)
     sol = ukjax.simulate(control.closed_loop(), model.q0, model.qd0, 0.0, horizon, ts=ts, **TOL)
-    qdd = jax.jit(jax.vmap(control.closed_loop().acceleration))(sol.ts, sol.q, sol.qd)
-    u = jax.jit(jax.vmap(control))(sol.ts, sol.q, sol.qd)
+    # one program each for the record and for the regressor with its offset
+    qdd, u = jax.jit(jax.vmap(lambda t, q, qd: (control.closed_loop().acceleration(t, q, qd), control(t, q, qd))))(
+        sol.ts, sol.q, sol.qd
+    )
     start = off_by(control)
 
     def residuals(ctrl):
@@ -165,8 +167,7 @@ def inverse_dynamics(horizon: float) -> dict:
         return jnp.ravel(residuals(eqx.tree_at(inertial, control, (masses, inertias))))
 
     theta0 = jnp.zeros(10)
-    regressor = jax.jit(jax.jacfwd(predicted))(theta0)
-    offset = jax.jit(predicted)(theta0)
+    regressor, offset = jax.jit(jax.jacfwd(lambda theta: (predicted(theta), predicted(theta)), has_aux=True))(theta0)
     linear, *_ = np.linalg.lstsq(np.asarray(regressor), -np.asarray(offset), rcond=None)
     fitted = np.concatenate([np.ravel(x) for x in inertial(res.model)])
     truth = np.concatenate([np.ravel(x) for x in inertial(control)])
