@@ -12,6 +12,7 @@ jax.config.update("jax_enable_x64", True)
 
 # Tracing allocates millions of short-lived objects, and at Python's default threshold (a
 # collection every 700 net allocations) the collector took 7 % of the time: 6.3 s of
-# tests/test_fit.py run alone, 3.1 s of tests/test_composition.py; 1.4 and 0.5 s at this one,
-# at the same peak memory. The tests' processes only; ukjax leaves the interpreter as it is.
+# tests/test_fit.py run alone, 3.1 s of tests/test_composition.py; 1.4 and 0.6 s at this one,
+# at about the same peak memory (1.33 GB against 1.30). The tests' processes only; ukjax leaves
+# the interpreter as it is.
 gc.set_threshold(50_000, 10, 10)
