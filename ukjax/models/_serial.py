@@ -9,6 +9,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from .._animate import Sketch
 from .._constraints import as_inexact
+from .._jit import jit
 from .._systems import AbstractUnconstrainedSystem
 
 
@@ -212,6 +213,11 @@ def from_log_cholesky(
     return mass, com, about_origin - mass * (com @ com * jnp.eye(3) - jnp.outer(com, com))
 
 
+@jit  # called eagerly when a chain is wrapped: op by op, every operation would compile on its own
+def _log_cholesky_bodies(masses, coms, inertias):
+    return jax.vmap(log_cholesky)(masses, coms, inertias)
+
+
 class LogCholeskyChain(AbstractUnconstrainedSystem):
     """A [`ukjax.models.SerialChain`][] or [`ukjax.models.RigidBodyTree`][] whose bodies'
     inertial parameters are log-Cholesky parameters (see [`ukjax.models.log_cholesky`][]):
@@ -236,7 +242,7 @@ class LogCholeskyChain(AbstractUnconstrainedSystem):
             )
         self.chain = chain
         masses, coms, inertias = chain.inertial()
-        self.theta = jax.vmap(log_cholesky)(masses, coms, inertias) if theta is None else as_inexact(theta)
+        self.theta = _log_cholesky_bodies(masses, coms, inertias) if theta is None else as_inexact(theta)
         if not isinstance(self.theta, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(self.theta))):
             raise ValueError(
                 "The chain's inertial parameters are not physically consistent (a pseudo-inertia that is "
