@@ -128,7 +128,8 @@ def test_composed_system_and_projection():
     tip_on_base = models.PointConstraint(system, models.JointPoint(2, "a"), models.JointPoint(0, "b"))
     csys = ukjax.ConstrainedSystem(system, tip_on_base)
     q1, qd1 = csys.project(0.0, q, qd)
-    violation = jax.jit(lambda t, q, qd: csys.violation(t, q, qd))  # one program (op by op, every operation compiles on its own)
+    # one program (op by op, every operation compiles on its own)
+    violation = jax.jit(lambda t, q, qd: csys.violation(t, q, qd))
     phi, phid = violation(0.0, q1, qd1)
     assert jnp.max(jnp.abs(phi)) < 1e-12 and jnp.max(jnp.abs(phid)) < 1e-12
     assert jnp.max(jnp.abs(violation(0.0, q, qd)[0])) > 1e-2
