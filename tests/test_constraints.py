@@ -58,7 +58,8 @@ def test_mixed_constraints_and_bad_input():
         system,
         [ukjax.Holonomic(lambda t, q: q[0] - t), ukjax.Nonholonomic(lambda t, q, qd: qd[1] - qd[0]), accel],
     )
-    qdd = jax.jit(lambda qd: mixed.acceleration(0.0, jnp.zeros(3), qd))(jnp.array([1.0, 1.0, 0.0]))  # one program
+    acceleration = jax.jit(lambda qd: mixed.acceleration(0.0, jnp.zeros(3), qd))  # one program
+    qdd = acceleration(jnp.array([1.0, 1.0, 0.0]))
     np.testing.assert_allclose(qdd, [0.0, 0.0, 2.0], atol=1e-15)
 
     with pytest.raises(TypeError, match="wrap the function"):

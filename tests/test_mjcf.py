@@ -581,8 +581,7 @@ def test_sites_on_the_world_body():
     q = jnp.array([0.4, -0.9])
     _, d, _ = _mujoco_state(xml, np.asarray(q), np.zeros(2))
     # one program (op by op, every operation of the kinematics compiles on its own)
-    anchor, gap = eqx.filter_jit(lambda tree, c, q: (tree.site_position(q, "anchor"), _in_world_axes(tree, c, q)))(
-        model.system, model.constraints[0], q
-    )
+    evaluate = eqx.filter_jit(lambda tree, c, q: (tree.site_position(q, "anchor"), _in_world_axes(tree, c, q)))
+    anchor, gap = evaluate(model.system, model.constraints[0], q)
     np.testing.assert_allclose(anchor, d.site_xpos[0], atol=1e-14)
     np.testing.assert_allclose(gap, d.efc_pos[:3], atol=1e-12)
