@@ -210,6 +210,10 @@ def test_failure_statuses():
     np.testing.assert_array_equal(listed.q, ukjax.simulate(csys, jnp.array([1.0, 0.0]), jnp.zeros(2), 0.0, 1.0).q)
     with pytest.raises(TypeError, match="real numbers"):
         ukjax.simulate(csys, jnp.array([1j, 0]), jnp.zeros(2), 0.0, 1.0)
+    # traced, the check goes into the caller's program, and still raises
+    traced = jax.jit(lambda q0: ukjax.simulate(csys, q0, jnp.zeros(2), 0.0, 5.0, max_steps=4).q)
+    with pytest.raises(RuntimeError, match="ran out of steps"):
+        traced(jnp.array([0.6, -0.8]))
 
 
 def test_fixed_step_and_stiff_solver_agree_with_default():
