@@ -89,9 +89,11 @@ def uk_solve(
     method: Method,
 ) -> UKSolution:
     """The U-K solve without runtime checks (its failures are reported in the result)."""
-    L = la.cholesky(M)
-    a = la.cho_solve(L, Q)
-    B = la.solve_lower(L, A.T).T  # A L⁻ᵀ
+    # All kernels of one solve alike: mixing unrolled ones with loops compiles slowest.
+    unroll = la.unrolled(*A.T.shape)
+    L = la.cholesky(M, unroll)
+    a = la.cho_solve(L, Q, unroll)
+    B = la.solve_lower(L, A.T, unroll=unroll).T  # A L⁻ᵀ
     e = b - A @ a
     if method == "svd":
         rank_ok = jnp.array(True)
@@ -100,8 +102,9 @@ def uk_solve(
         # Normalising the rows first makes the pivots angles, so that rank deficiency is
         # decided by a tolerance rather than by whether rounding leaves a pivot positive.
         rank_ok = la.gram_factor(B, la.rank_tolerance(A.shape[0], B.dtype)).independent
-    z_ideal, z = projected_solve(B, e, None if c is None else la.solve_lower(L, c), method == "svd")
-    qdd = a + la.solve_lower(L, z, transpose=True)
+    y = None if c is None else la.solve_lower(L, c, unroll=unroll)
+    z_ideal, z = projected_solve(B, e, y, method == "svd")
+    qdd = a + la.solve_lower(L, z, transpose=True, unroll=unroll)
     residual = B @ z_ideal - e
     scale = jnp.linalg.norm(e) + jnp.linalg.norm(B) * jnp.linalg.norm(z_ideal)
     inconsistency = jnp.linalg.norm(residual) / jnp.where(scale > 0, scale, 1)

@@ -3,9 +3,10 @@
 On CPU, XLA runs each LAPACK call (`potrf`, `trsm`, `gesdd`) once per matrix of a batch, in a
 loop, and never fuses it with the code around it; with several CPU devices, or large batches
 on one, programs mixing LAPACK calls with large fusions hung (jax 0.10.2). So nothing here
-calls LAPACK. Up to `UNROLL_MAX` rows the factorizations are unrolled into scalar operations
-at trace time: under `vmap` each becomes one elementwise operation over the batch, and XLA
-fuses the whole solve into a few loops. Above it, loops over columns whose steps are
+calls LAPACK. Up to `UNROLL_MAX` rows (and `UNROLL_COLUMNS` right-hand sides for a triangular
+solve) the factorizations are unrolled into scalar operations at trace time: under `vmap` each
+becomes one elementwise operation over the batch, and XLA fuses the whole solve into a few
+loops. Above them, loops over columns whose steps are
 matrix-vector products (`_loop_cholesky`, `_loop_solve`): the traced program stays the same
 size whatever `n`, and each step is one operation over the whole batch.
 """
@@ -22,6 +23,14 @@ from jaxtyping import Array, Bool, Float
 # 5.0 µs per vmapped solve and 8.2 s to compile; LAPACK, 18 µs and 2.5 s. The compile time
 # across the suite decided for 8.
 UNROLL_MAX = 8
+# Most right-hand sides (constraint rows, for `A L⁻ᵀ`) that the unrolled triangular kernels take:
+# their operations grow with this count times n², and XLA's compile time with them. Measured
+# on the parallel robot's MJCF file (n = 6, p = 6), one vmapped acceleration: 2.6–2.7 s of XLA
+# unrolled, 2.0 s with M's factor and solves in loops, the same µs per member. The
+# pseudo-inverse (`gram_factor`, `pinv_solve`) stays unrolled up to `UNROLL_MAX` on both sides:
+# in loops it compiled 0.5 s faster still, but its Cholesky route rounded nearly dependent rows
+# 3× worse (tests/test_linalg.py's 6 × 6 case: 1.4e-6 against 4.7e-7).
+UNROLL_COLUMNS = 4
 # The one-sided Jacobi SVD converges quadratically, in 5–10 sweeps at these sizes; the cap
 # only bounds a NaN input's loop.
 _MAX_SWEEPS = 30
@@ -50,9 +59,9 @@ Scalars = list  # a vector as a list of scalar arrays
 Matrix = list  # a matrix as a list of rows of scalar arrays
 
 
-def unrolled(*sizes: int) -> bool:
-    """Whether matrices of these sides are handled by the unrolled kernels."""
-    return max(sizes) <= UNROLL_MAX
+def unrolled(n: int, k: int = 1) -> bool:
+    """Whether an `n × n` factor with `k` right-hand sides is handled by the unrolled kernels."""
+    return n <= UNROLL_MAX and k <= UNROLL_COLUMNS
 
 
 def _entries(X: Array) -> Matrix:
@@ -131,19 +140,21 @@ def _loop_solve(L: Float[Array, "n n"], B: Float[Array, "n *k"], transpose: bool
     return jax.lax.fori_loop(0, n, row, jnp.zeros_like(B))
 
 
-def cholesky(M: Float[Array, "n n"]) -> Float[Array, "n n"]:
+def cholesky(M: Float[Array, "n n"], unroll: bool | None = None) -> Float[Array, "n n"]:
     """Lower Cholesky factor `L` of `M = L Lᵀ` from `M`'s lower triangle; NaN where `M` is not
-    positive definite (as LAPACK's)."""
-    if not unrolled(M.shape[0]):
+    positive definite (as LAPACK's). `unroll` picks the kernels (default: `unrolled(n)`); a
+    solve decides once for all of its kernels."""
+    if not (unrolled(M.shape[0]) if unroll is None else unroll):
         return _loop_cholesky(M)[0]
     return _array(_cholesky(_entries(M))[0])
 
 
 def solve_lower(
-    L: Float[Array, "n n"], B: Float[Array, "n *k"], *, transpose: bool = False
+    L: Float[Array, "n n"], B: Float[Array, "n *k"], *, transpose: bool = False, unroll: bool | None = None
 ) -> Float[Array, "n *k"]:
-    """`L⁻¹ B`, or `L⁻ᵀ B` with `transpose=True`, for lower triangular `L`."""
-    if not unrolled(L.shape[0]):
+    """`L⁻¹ B`, or `L⁻ᵀ B` with `transpose=True`, for lower triangular `L` (`unroll` as for
+    `cholesky`, default `unrolled(*B.shape)`)."""
+    if not (unrolled(*B.shape) if unroll is None else unroll):
         return _loop_solve(L, B, transpose)
     solve = _backward if transpose else _forward
     Ls = _entries(L)
@@ -154,9 +165,11 @@ def solve_lower(
     )
 
 
-def cho_solve(L: Float[Array, "n n"], B: Float[Array, "n *k"]) -> Float[Array, "n *k"]:
-    """`M⁻¹ B` from the Cholesky factor `L` of `M`."""
-    return solve_lower(L, solve_lower(L, B), transpose=True)
+def cho_solve(
+    L: Float[Array, "n n"], B: Float[Array, "n *k"], unroll: bool | None = None
+) -> Float[Array, "n *k"]:
+    """`M⁻¹ B` from the Cholesky factor `L` of `M` (`unroll` as for `cholesky`)."""
+    return solve_lower(L, solve_lower(L, B, unroll=unroll), transpose=True, unroll=unroll)
 
 
 class GramFactor(NamedTuple):
@@ -201,7 +214,7 @@ def gram_factor(B: Float[Array, "p n"], floor: float, *, drop_zero_rows: bool = 
     norms = jnp.where(nonzero, norms, 1)
     unit = jnp.where(nonzero[:, None], B, 0) / norms[:, None]
     absent = jnp.where(nonzero, 0.0, 1.0) if drop_zero_rows else jnp.zeros(p, B.dtype)
-    if not unrolled(p, n):
+    if not unrolled(max(p, n)):
         G, pivots = _loop_cholesky(unit @ unit.T + jnp.diag(absent), floor)
         return GramFactor(norms, unit, G, jnp.all(pivots > floor))
     rows = _entries(unit)
@@ -272,7 +285,7 @@ def _operator(B: Float[Array, "p n"], robust: bool):
     )
     well, d, U = factor.independent, factor.norms, factor.unit
     # B̂ = D⁻¹ B, B⁺ = B̂ᵀ (B̂ B̂ᵀ)⁻¹ D⁻¹ for independent rows
-    if unrolled(p, n):
+    if unrolled(max(p, n)):
         G, rows = _entries(factor.G), _entries(U)
 
         def column(X):
