@@ -5,23 +5,25 @@ equality constraints: seed 002's coordinated robots (a 5-link closed chain hinge
 ground at both ends, passive under gravity) and seed 000's parallel robot (three 2-link chains
 joined at the end effector, driven by constant base torques); and the parallel robot read from
 one MJCF file by both simulators (`ukjax.models.PARALLEL_2DOF_MJCF` through
-`ukjax.models.from_mjcf`); and Agility's Cassie read from `shared/robots/cassie.xml` by both
-(a free pelvis, two ball joints, four loops; left out where the file is not beside the
-clone). Same integrator (RK4), step
-(1 ms), horizon and batch for all; times are taken after compilation, in the same run.
+`ukjax.models.from_mjcf`); the two-finger gripper of `examples/gripper.xml` read by both (two
+four-bar fingers, a joint equality mirroring them, a tendon with a spring and a position
+actuator on it, held at a constant command); and Agility's Cassie read from
+`shared/robots/cassie.xml` by both (a free pelvis, two ball joints, four loops). A file that
+is not beside the clone leaves its case out. Same integrator (RK4), step (1 ms), horizon and
+batch for all; times are taken after compilation, in the same run.
 ukjax runs `simulate_batch` over every CPU core (one JAX device per core), MuJoCo's threaded
 `rollout` on every core; MJX (the JAX port of MuJoCo) runs a smaller batch, vmapped.
 
 Loop-closure violation: the largest coordinate of the tip-to-anchor (or tip-to-tip)
-distance over the run (MuJoCo: every step, from sensors, or for Cassie its equality rows at
-every 10th step of 32 members; ukjax: every 10th step, `sol.phi`, Cassie's quaternion norms
+distance over the run (MuJoCo: every step, from sensors, or for the gripper and Cassie its
+equality rows at every 10th step of 32 members; ukjax: every 10th step, `sol.phi`, Cassie's quaternion norms
 included).
 
     ukjax bench [--batch 256] [--steps 200] [--mjx-batch 0]       (a few minutes)
     python benchmarks/throughput.py [--batch 2048] [--steps 1000] [--mjx-batch 256]
 
 Last line: `throughput ratio ukjax/mujoco R violation ukjax V1 mujoco V2 ukjax failed members
-F` (the smaller of the three cases' ratios, the larger of their violations, and how many ukjax
+F` (the smallest of the cases' ratios, the largest of their violations, and how many ukjax
 members did not finish, by status: NONFINITE_STATE and the like; the violation is over the
 members that did).
 """
@@ -118,7 +120,41 @@ def from_file():
     )
 
 
+GRIPPER = Path(__file__).resolve().parents[1] / "examples" / "gripper.xml"
+GRIP = 0.3  # the gripper's command (its actuator's `ctrlrange` is ±0.6)
 CASSIE = Path(__file__).resolve().parents[2] / "shared" / "robots" / "cassie.xml"
+
+
+def _equality_violation(mjm):
+    """MuJoCo's violation of a model's equality constraints (`efc_pos` of its equality rows),
+    the largest at every 10th step of up to 32 members."""
+    import mujoco
+
+    d = mujoco.MjData(mjm)
+
+    def violation(sensors, qpos):
+        worst = 0.0
+        for x in qpos[:32, ::10].reshape(-1, mjm.nq):
+            d.qpos[:] = x
+            mujoco.mj_forward(mjm, d)
+            worst = max(worst, float(np.max(np.abs(d.efc_pos[: d.ne]))))
+        return worst
+
+    return violation
+
+
+def gripper():
+    """`examples/gripper.xml` read by both, from its `qpos0` (loops closed) at rest, its
+    actuator held at `GRIP`: ukjax's loops and mirror exact, MuJoCo's soft."""
+    import mujoco
+
+    m = models.from_mjcf(GRIPPER)
+    system = ukjax.ConstrainedSystem(m.controlled(lambda t, q, qd: jnp.array([GRIP])), m.constraints)
+    xml = GRIPPER.read_text().replace(
+        '<option gravity="0 0 -9.81">', f'<option gravity="0 0 -9.81" timestep="{DT}" integrator="RK4">'
+    )
+    violation = _equality_violation(mujoco.MjModel.from_xml_string(xml))
+    return "gripper, one MJCF file", system, m.q0, xml, np.asarray(m.q0), np.array([GRIP]), violation
 
 
 def cassie():
@@ -134,18 +170,7 @@ def cassie():
     xml = CASSIE.read_text().replace(
         '<option timestep="0.0005"/>', f'<option timestep="{DT}" integrator="RK4"><flag limit="disable"/></option>'
     )
-    mjm = mujoco.MjModel.from_xml_string(xml)
-    d = mujoco.MjData(mjm)
-
-    def violation(sensors, qpos):
-        # MuJoCo's loop closure from its equality rows, at every 10th step of up to 32 members
-        worst = 0.0
-        for x in qpos[:32, ::10].reshape(-1, mjm.nq):
-            d.qpos[:] = x
-            mujoco.mj_forward(mjm, d)
-            worst = max(worst, float(np.max(np.abs(d.efc_pos[: 3 * mjm.neq]))))
-        return worst
-
+    violation = _equality_violation(mujoco.MjModel.from_xml_string(xml))
     qpos = np.asarray(m.state_to_mujoco(m.q0, m.qd0)[0])
     system = ukjax.ConstrainedSystem(m.system, m.constraints)
     return "Cassie, one MJCF file", system, m.q0, xml, qpos, np.zeros(0), violation
@@ -251,10 +276,11 @@ def main(
     print(f"{'mechanism':30s} {'simulator':8s} {'M steps/s':>10s} {'ratio':>7s} {'violation':>10s}")
     ratios, violations, failures = [], [], {}
     cases = [coordinated(), parallel(), from_file()]
-    if CASSIE.is_file():
-        cases.append(cassie())
-    else:
-        print(f"(Cassie left out: no {CASSIE})")
+    for path, case in ((GRIPPER, gripper), (CASSIE, cassie)):
+        if path.is_file():
+            cases.append(case())
+        else:
+            print(f"({case.__name__} left out: no {path})")
     for name, system, q0, xml, qpos, ctrl, violation in cases:
         uk_rate, uk_violation, compile_s, failed = run_ukjax(system, q0, args.batch, args.steps)
         mj_rate, mj_violation = run_mujoco(xml, qpos, ctrl, args.batch, args.steps, violation)
