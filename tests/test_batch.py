@@ -1,5 +1,5 @@
-"""simulate_batch: the same answers as vmap over simulate, on one device and sharded over four
-(in a process of four CPU devices), and split across two processes."""
+"""simulate_batch: the same answers as vmap over simulate, on one device (whole or in chunks)
+and sharded over four (in a process of four CPU devices), and split across two processes."""
 
 import json
 import os
@@ -67,6 +67,13 @@ SHARDED = textwrap.dedent(
         np.testing.assert_array_equal(sol.status, ref.status)
         np.testing.assert_allclose(sol.q, ref.q, rtol=0, atol=1e-12)
         np.testing.assert_allclose(sol.phi, ref.phi, rtol=0, atol=1e-12)
+    # one device taking its members two at a time (as a large batch on CPU is taken in chunks
+    # that fit the cache): 7 members padded to 8, the masses mapped with their members
+    ukjax._batch._CHUNK_BYTES = 2 * 8 * 5 * 5
+    assert ukjax._batch._chunk(7, 5, q0.dtype, "cpu") == 2
+    sol = ukjax.simulate_batch(varied, q0, qd0, 0.0, 1.0, ts=ts, system_axes=axes, devices=jax.devices()[:1], **FIXED)
+    np.testing.assert_array_equal(sol.status, ref.status)
+    np.testing.assert_allclose(sol.q, ref.q, rtol=0, atol=1e-12)
     print("sharded ok")
     """
 )
