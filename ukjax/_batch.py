@@ -165,14 +165,14 @@ def simulate_batch(
     per_device = -(-batch // len(devices))
     chunk = _chunk(per_device, q0.shape[1], q0.dtype, devices[0].platform)
     size = -(-per_device // chunk) * chunk * len(devices)
-    arrays = jax.tree.map(
-        lambda x, axis: x if axis is None else _pad(x, size), arrays, axes, is_leaf=_absent
-    )
+    arrays = jax.tree.map(lambda x, axis: x if axis is None else _pad(x, size), arrays, axes, is_leaf=_absent)
     times = (jnp.asarray(t0, q0.dtype), jnp.asarray(t1, q0.dtype))
     numeric = {
         k: jnp.asarray(v, q0.dtype) for k, v in simulate_kwargs.items() if k in _NUMERIC and v is not None
     }
     options = {k: v for k, v in simulate_kwargs.items() if k not in numeric}
     mesh = Mesh(np.array(devices), (_AXIS,))
-    solution = _run(arrays, static, axes, _pad(q0, size), _pad(qd0, size), times, numeric, options, mesh, chunk)
+    solution = _run(
+        arrays, static, axes, _pad(q0, size), _pad(qd0, size), times, numeric, options, mesh, chunk
+    )
     return jax.tree.map(lambda x: x[:batch], solution)
