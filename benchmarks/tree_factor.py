@@ -19,15 +19,10 @@ each variant's time over the dense kernel's, same run.
 """
 
 import argparse
-import time
-import warnings
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-CASSIE = Path(__file__).resolve().parents[2] / "shared" / "robots" / "cassie.xml"
 
 
 def ancestors(lower: np.ndarray) -> list[np.ndarray]:
@@ -123,35 +118,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     batch = parser.parse_args().batch
     jax.config.update("jax_enable_x64", True)
-    import ukjax
-    from ukjax import _linalg as la, models
+    from tree_profile import cassie_batch, timed  # beside this script
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the keyframe is projected onto the loops
-        model = models.from_mjcf(CASSIE, keyframe="home")
-    system = ukjax.ConstrainedSystem(model.system, model.constraints)
-    keys = jax.random.split(jax.random.PRNGKey(0))
-    q = model.q0 + 1e-3 * jax.random.normal(keys[0], (batch, model.q0.shape[0]))
-    qd = 0.1 * jax.random.normal(keys[1], q.shape)
+    from ukjax import _linalg as la
 
-    def parts(q, qd):
-        d = system.dynamics(0.0, q, qd)
-        return d.M, d.Q, d.levels[0].rows.A
-
-    M, Q, A = jax.jit(jax.vmap(parts))(q, qd)
+    model, _, _, _, _, M, Q, A, _ = cassie_batch(batch)
     paths = ancestors(model.system._topology.lower)
-
-    def timed(f, *args):
-        f = jax.jit(jax.vmap(f))
-        start = time.perf_counter()
-        out = jax.block_until_ready(f(*args))
-        compile_s = time.perf_counter() - start
-        best = float("inf")
-        for _ in range(9):
-            start = time.perf_counter()
-            jax.block_until_ready(f(*args))
-            best = min(best, time.perf_counter() - start)
-        return out, compile_s, best / batch * 1e6
 
     # Every route computes M⁻¹Q and Wᵀ Aᵀ (W Wᵀ = M⁻¹: W = L⁻ᵀ for the dense L Lᵀ, W = L⁻¹
     # for the tree's Lᵀ L), the two products the U-K solve needs from the factor.
@@ -167,9 +139,9 @@ def main() -> None:
     print(f"{'route':36s} {'part':10s} {'compile s':>9s} {'µs/member':>10s} {'/dense':>7s}")
     base = {}
     for name, (factor, solve_M, solve_W) in routes.items():
-        L, c1, t1 = timed(factor, M)
-        x, c2, t2 = timed(solve_M, L, Q)
-        _, c3, t3 = timed(lambda L, A, solve_W=solve_W: solve_W(L, A.T), L, A)
+        L, c1, t1 = timed(factor, M, repeats=9)
+        x, c2, t2 = timed(solve_M, L, Q, repeats=9)
+        _, c3, t3 = timed(lambda L, A, solve_W=solve_W: solve_W(L, A.T), L, A, repeats=9)
         error = float(jnp.max(jnp.abs(x - exact)) / jnp.max(jnp.abs(exact)))
         for part, c, t in (("factor", c1, t1), ("M⁻¹Q", c2, t2), ("Wᵀ Aᵀ", c3, t3)):
             base.setdefault(part, t)

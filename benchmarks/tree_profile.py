@@ -15,23 +15,20 @@ import warnings
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 
 CASSIE = Path(__file__).resolve().parents[2] / "shared" / "robots" / "cassie.xml"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=256)
-    batch = parser.parse_args().batch
-    jax.config.update("jax_enable_x64", True)
+def cassie_batch(batch: int):
+    """Cassie's model and constrained system, a batch of states near `home`, and the batch's
+    `M`, `Q`, `A` and `b` (float64 must be on)."""
     import ukjax
-    from ukjax import _core, _linalg as la, models
+    from ukjax import models
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the keyframe is projected onto the loops
         model = models.from_mjcf(CASSIE, keyframe="home")
-    tree, system = model.system, ukjax.ConstrainedSystem(model.system, model.constraints)
+    system = ukjax.ConstrainedSystem(model.system, model.constraints)
     keys = jax.random.split(jax.random.PRNGKey(0))
     q = model.q0 + 1e-3 * jax.random.normal(keys[0], (batch, model.q0.shape[0]))
     qd = 0.1 * jax.random.normal(keys[1], q.shape)
@@ -40,7 +37,33 @@ def main() -> None:
         d = system.dynamics(0.0, q, qd)
         return d.M, d.Q, d.levels[0].rows.A, d.levels[0].rows.b
 
-    M, Q, A, b = jax.jit(jax.vmap(parts))(q, qd)
+    return model, system, q, qd, parts, *jax.jit(jax.vmap(parts))(q, qd)
+
+
+def timed(fn, *args, repeats: int = 5):
+    """`fn` jitted and vmapped over `args`: its output, the first call's seconds (compiling),
+    and the best of `repeats` calls' µs per batch member."""
+    f = jax.jit(jax.vmap(fn))
+    start = time.perf_counter()
+    out = jax.block_until_ready(f(*args))
+    compile_s = time.perf_counter() - start
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        best = min(best, time.perf_counter() - start)
+    return out, compile_s, best / jax.tree.leaves(args)[0].shape[0] * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=256)
+    batch = parser.parse_args().batch
+    jax.config.update("jax_enable_x64", True)
+    from ukjax import _core, _linalg as la
+
+    model, system, q, qd, parts, M, Q, A, b = cassie_batch(batch)
+    tree = model.system
     L = jax.vmap(la.cholesky)(M)
     B = jax.vmap(lambda L, A: la.solve_lower(L, A.T).T)(L, A)
     print(f"Cassie: n = {q.shape[1]}, p = {A.shape[1]}, batch {batch}, jax {jax.__version__} on {jax.default_backend()}")
@@ -57,18 +80,7 @@ def main() -> None:
         ("U-K solve from M, Q, A, b", lambda M, Q, A, b: _core.uk_solve(M, Q, A, b, None, "svd").acceleration, (M, Q, A, b)),
         ("the whole acceleration", lambda q, qd: system.acceleration(0.0, q, qd), (q, qd)),
     ]
-    rows = []
-    for name, fn, args in cases:
-        f = jax.jit(jax.vmap(fn))
-        start = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        compile_s = time.perf_counter() - start
-        best = float("inf")
-        for _ in range(5):
-            start = time.perf_counter()
-            jax.block_until_ready(f(*args))
-            best = min(best, time.perf_counter() - start)
-        rows.append((name, compile_s, best / batch * 1e6))
+    rows = [(name, *timed(fn, *args)[1:]) for name, fn, args in cases]
     whole = rows[-1][2]
     for name, compile_s, us in rows:
         print(f"{name:40s} {compile_s:9.2f} {us:10.2f} {us / whole:6.2f}")
