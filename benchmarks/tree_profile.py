@@ -20,8 +20,9 @@ CASSIE = Path(__file__).resolve().parents[2] / "shared" / "robots" / "cassie.xml
 
 
 def cassie_batch(batch: int):
-    """Cassie's model and constrained system, a batch of states near `home`, and the batch's
-    `M`, `Q`, `A` and `b` (float64 must be on)."""
+    """`(model, system, q, qd, parts, M, Q, A, b)`: Cassie's model and constrained system, a
+    batch of states near `home`, the function of one state that gives `M`, `Q`, `A` and `b`,
+    and those of the batch (float64 must be on)."""
     import ukjax
     from ukjax import models
 
