@@ -72,7 +72,7 @@ def open_chain(horizon: float, segments: int, amplitude: float = 3.0, rate: int 
 
 
 def coordinated_robots_driven(horizon: float, rate: int = 20):
-    """Seed 002's coordinated robots (a 5-link closed chain, 3 DOF) driven by known motor
+    """The servo-control paper's coordinated robots (a 5-link closed chain, 3 DOF) driven by known motor
     torques under gravity: the true system and its noise-free record."""
     model = models.coordinated_robots()
     inputs = models.SineInputs(model.actuation, [3.0, -2.0, 2.5, 1.5, -2.0, 1.0], [1.0, 1.7, 2.3, 1.3, 2.9, 0.7], jnp.linspace(0.0, 2.0, 6))

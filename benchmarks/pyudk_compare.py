@@ -5,7 +5,7 @@ pyudk 1.0.6 pins old versions; install it without them (it needs NumPy, SciPy an
     pip install --no-deps pyudk==1.0.6 && pip install sympy
     python benchmarks/pyudk_compare.py [--batch 4096]
 
-The problem: seed 002's coordinated robots (n = 5, two passive rows) at random states, `M`, `Q`,
+The problem: the servo-control paper's coordinated robots (n = 5, two passive rows) at random states, `M`, `Q`,
 `A`, `b` evaluated once by ukjax and handed to both. pyudk computes `M^{1/2} B⁺ (b − A M⁻¹ Q)`
 with SciPy's fractional matrix powers, one state per call; ukjax's `constraint_force` runs
 jitted, one state per call and vmapped over the batch. Times after compilation, same run; the

@@ -1,5 +1,5 @@
 """Independent references, shared by the tests and `reproduce_seeds.py`: the closed forms the
-seeds print, transcribed as printed, and the same mechanisms built in Pinocchio."""
+source papers print, transcribed as printed, and the same mechanisms built in Pinocchio."""
 
 import numpy as np
 import pinocchio as pin
@@ -8,7 +8,7 @@ SCARA_W = 0.4 * np.pi
 
 
 def seed001_A_b(t, q, qd, l1=0.2, l2=0.25):
-    """Seed 001 eq. 49: the SCARA trajectory constraint in second-order form."""
+    """The SCARA paper [2] eq. 49: the SCARA trajectory constraint in second-order form."""
     s1, c1, s12, c12 = np.sin(q[0]), np.cos(q[0]), np.sin(q[0] + q[1]), np.cos(q[0] + q[1])
     A = np.array([[-l1 * c1 - l2 * c12, -l2 * c12, 0, 0], [-l1 * s1 - l2 * s12, -l2 * s12, 0, 0], [1, 1, 1, 0], [0, 0, 0, 1]])
     b = np.array(
@@ -23,7 +23,7 @@ def seed001_A_b(t, q, qd, l1=0.2, l2=0.25):
 
 
 def seed001_baumgarte_b(t, q, qd, alpha, beta, l1=0.2, l2=0.25):
-    """Seed 001 eq. 54: the Baumgarte-stabilized right-hand side."""
+    """The SCARA paper [2] eq. 54: the Baumgarte-stabilized right-hand side."""
     s1, c1, s12, c12 = np.sin(q[0]), np.cos(q[0]), np.sin(q[0] + q[1]), np.cos(q[0] + q[1])
     w = SCARA_W
     phid = np.array(
@@ -46,7 +46,7 @@ def seed001_baumgarte_b(t, q, qd, alpha, beta, l1=0.2, l2=0.25):
 
 
 def seed002_appendix(m, l, I, g, th, thd):
-    """Seed 002 appendix A2–A4: `M`, `C q̇` and `G` of the 5-link chain in absolute angles."""
+    """The servo-control paper [3] appendix A2–A4: `M`, `C q̇` and `G` of the 5-link chain in absolute angles."""
     n = len(m)
     tail = [m[i + 1 :].sum() for i in range(n)]
     coef = np.array([[(m[max(i, j)] / 2 + tail[max(i, j)]) * l[i] * l[j] for j in range(n)] for i in range(n)])
@@ -60,7 +60,7 @@ def seed002_appendix(m, l, I, g, th, thd):
 
 
 def seed000_eq14(link_a, link_b, q, qd):
-    """Seed 000 eq. 14: `M_i` and `C_i q̇` of one subsystem, `q_i = (qa, qb, xa, ya)`."""
+    """The parallel-robot paper [1] eq. 14: `M_i` and `C_i q̇` of one subsystem, `q_i = (qa, qb, xa, ya)`."""
     (L, ra, ma, Ia), (_, rb, mb, Ib) = link_a, link_b
     qa, qb = q[0], q[1]
     qad, qbd = qd[0], qd[1]
@@ -119,7 +119,7 @@ def pinocchio_planar(chain):
 
 
 def pinocchio_scara(arm):
-    """`dynamics(q, qd)` of the SCARA arm (seed 001) built in Pinocchio."""
+    """`dynamics(q, qd)` of the SCARA arm (the SCARA paper [2]) built in Pinocchio."""
     model = pin.Model()
     parent = 0
     placements = [(0.0, 0.0, 0.0), (0.0, float(arm.l1), 0.0), (0.0, float(arm.l2), 0.0), (0.0, 0.0, 0.0)]

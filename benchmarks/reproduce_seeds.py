@@ -54,7 +54,7 @@ def _scara_run(stabilization):
     return ukjax.simulate(csys, model.q0, model.qd0, 0.0, 20.0, ts=jnp.linspace(0.0, 20.0, 201), **TOL)
 
 
-@claim("seed 001: SCARA z error without stabilization", "0.0005 t; 0.01 m at t = 20 s")
+@claim("the SCARA paper [2]: SCARA z error without stabilization", "0.0005 t; 0.01 m at t = 20 s")
 def scara_z_error():
     sol = _scara_run(None)
     z = sol.phi[:, 3]
@@ -62,7 +62,7 @@ def scara_z_error():
     return f"|z(20)| = {abs(float(z[-1])):.6f} m, max |z + 0.0005 t| = {linear:.1e}", linear < 1e-9
 
 
-@claim("seed 001: SCARA errors at 20 s with α = 0.5, β = 200", "errors suppressed (figs. 8–9)")
+@claim("the SCARA paper [2]: SCARA errors at 20 s with α = 0.5, β = 200", "errors suppressed (figs. 8–9)")
 def scara_baumgarte():
     free, damped = _scara_run(None).phi[-1], _scara_run(ukjax.Baumgarte(0.5, 200.0)).phi[-1]
     rows = [0, 1, 3]  # x, y, z
@@ -71,7 +71,7 @@ def scara_baumgarte():
     return text, bool(jnp.all(ratios < 1e-2))
 
 
-@claim("seed 001: SCARA mass matrix, PoE builder = eq. 34 = Pinocchio", "eq. 34")
+@claim("the SCARA paper [2]: SCARA mass matrix, PoE builder = eq. 34 = Pinocchio", "eq. 34")
 def scara_mass_matrix():
     arm = models.ScaraArm()
     chain, pinocchio = models.scara_chain(arm), references.pinocchio_scara(arm)
@@ -84,7 +84,7 @@ def scara_mass_matrix():
     return f"max difference {worst:.1e}", worst < 1e-12
 
 
-@claim("seed 001: trajectory constraint in second-order form", "eq. 49 (A, b)")
+@claim("the SCARA paper [2]: trajectory constraint in second-order form", "eq. 49 (A, b)")
 def scara_constraint_rows():
     con = models.ScaraTrajectory(models.ScaraArm())
     ts, (qs, qds) = np.linspace(0, 20, 5), np.random.default_rng(1).normal(size=(2, 5, 4))
@@ -96,7 +96,7 @@ def scara_constraint_rows():
     return f"max difference {worst:.1e}", worst < 1e-12
 
 
-@claim("seed 002: 5-link chain M, C q̇, G = appendix A2–A4", "A2–A4")
+@claim("the servo-control paper [3]: 5-link chain M, C q̇, G = appendix A2–A4", "A2–A4")
 def seed002_appendix():
     m, l, I = (np.ones(5) for _ in range(3))
     chain = models.coordinated_robots().system
@@ -110,7 +110,7 @@ def seed002_appendix():
     return f"max difference {worst:.1e}", worst < 1e-12
 
 
-@claim("seed 000: subsystem M_i, C_i q̇ = eq. 14", "eq. 14")
+@claim("the parallel-robot paper [1]: subsystem M_i, C_i q̇ = eq. 14", "eq. 14")
 def seed000_eq14():
     system = models.parallel_2dof().system
     worst = 0.0
@@ -123,7 +123,7 @@ def seed000_eq14():
     return f"max difference {worst:.1e}", worst < 1e-12
 
 
-@claim("seed 000: printed q0 puts the chain ends together", "E ≈ (0.2216, 0.2980)")
+@claim("the parallel-robot paper [1]: printed q0 puts the chain ends together", "E ≈ (0.2216, 0.2980)")
 def seed000_q0():
     model = models.parallel_2dof()
     tips = np.stack([np.asarray(model.system.parts[n].joint_positions(model.system.part(models.PARALLEL_2DOF_Q0, n))[2]) for n in model.system.parts])
@@ -132,7 +132,7 @@ def seed000_q0():
     return f"E1 = ({tips[0, 0]:.4f}, {tips[0, 1]:.4f}), ends within {spread:.1e} m", bool(ok)
 
 
-@claim("seed 000: bases fixed and ends joined under τ = 0.1 cos(πt), 10 s", "fixed / coincident (figs. 3–4)")
+@claim("the parallel-robot paper [1]: bases fixed and ends joined under τ = 0.1 cos(πt), 10 s", "fixed / coincident (figs. 3–4)")
 def seed000_verification():
     model = models.parallel_2dof()
     torque = ukjax.Forced(model.system, lambda t, q, qd: jnp.zeros(12).at[0].set(0.1 * jnp.cos(jnp.pi * t)))
@@ -142,7 +142,7 @@ def seed000_verification():
     return f"bases {bases:.1e} m, ends {ends:.1e} m (qa1 moves {moved:.2f} rad)", max(bases, ends) < 1e-8 and moved > 0.05
 
 
-@claim("seed 002: coordinated robots stay closed under gravity, t ∈ [0, 2π]", "closed chain (eq. 60)")
+@claim("the servo-control paper [3]: coordinated robots stay closed under gravity, t ∈ [0, 2π]", "closed chain (eq. 60)")
 def coordinated_closure():
     model = models.coordinated_robots()
     csys = ukjax.ConstrainedSystem(model.system, model.constraints)
@@ -151,7 +151,7 @@ def coordinated_closure():
     return f"max loop gap {gap:.1e} m", gap < 1e-8
 
 
-@claim("seed 002: two-mass spring servo force", "F = −(1 + m₁/m₂) k (x₂ − x₁ − l), eq. 47")
+@claim("the servo-control paper [3]: two-mass spring servo force", "F = −(1 + m₁/m₂) k (x₂ − x₁ − l), eq. 47")
 def two_mass_spring():
     model = models.two_mass_spring()
     s = model.system
@@ -178,7 +178,7 @@ def _coordinated(exact, gains=None):
     passive = ukjax.ConstrainedSystem(model.system, model.constraints)
     ctrl = ukjax.ServoControl(passive, model.servo, model.actuation, exact=exact, stabilization=stabilization)
     ts = jnp.linspace(0, 2 * np.pi, 401)
-    # 10⁴ steps: the exact and stabilized runs need 112 and 2818; the seed's formula without
+    # 10⁴ steps: the exact and stabilized runs need 112 and 2818; the paper's formula without
     # stabilization drifts until the step size collapses, which more steps only prolong.
     sol = ukjax.simulate(
         ctrl.closed_loop(), model.q0, model.qd0, 0.0, 2 * np.pi, ts=ts, throw=False, max_steps=10_000, **TOL
@@ -187,20 +187,20 @@ def _coordinated(exact, gains=None):
     return sol, _along(ctrl, sol), float(jnp.max(jnp.abs(sol.phi))), float(jnp.max(jnp.abs(closure)))
 
 
-@claim("seed 002: coordinated robots, exact control, t ∈ [0, 2π]", "object tracked, chain closed")
+@claim("the servo-control paper [3]: coordinated robots, exact control, t ∈ [0, 2π]", "object tracked, chain closed")
 def coordinated_exact():
     sol, _, tracking, closure = _coordinated(exact=True)
     return f"tracking {tracking:.1e}, closure {closure:.1e} (no stabilization)", tracking < 1e-8 and closure < 1e-8
 
 
-# Seed 002 figs. 9–14 read off, and the ranges of a careful reading of its formula.
+# The servo-control paper [3] figs. 9–14 read off, and the ranges of a careful reading of its formula.
 SEED002_FIGURES = [(0, 10), (3, 5), (-8, -5.5), (4.5, 10), (-4.5, 0.5), (-5, 0)]
 SEED002_FORMULA = [(0.4, 11.5), (2.7, 4.9), (-8.8, -4.4), (4.6, 12.6), (-4.2, 1.1), (-6.6, 0.2)]
 
 
-@claim("seed 002: coordinated robots, seed's formula u₁…u₆ ranges", "figs. 9–14: " + " ".join(f"[{a:g},{b:g}]" for a, b in SEED002_FIGURES))
+@claim("the servo-control paper [3]: coordinated robots, paper's formula u₁…u₆ ranges", "figs. 9–14: " + " ".join(f"[{a:g},{b:g}]" for a, b in SEED002_FIGURES))
 def coordinated_seed_formula():
-    # The seed's formula uses M⁻¹ for the input map, so it does not hold the servo constraints
+    # The paper's formula uses M⁻¹ for the input map, so it does not hold the servo constraints
     # exactly; the seed keeps the drift down with Baumgarte terms φ̈ + 2αφ̇ + β²φ = 0, α = β
     # (§III-C). With α = β = 50 it reproduces the careful reading's ranges and tracking error.
     free = _coordinated(exact=False, gains=(0.0, 0.0))[2]  # Φ̈ = 0: no stabilization
@@ -218,7 +218,7 @@ def coordinated_seed_formula():
 
 @functools.cache
 def _parallel_tracking():
-    """Seed 000 §4.2 under exact servo control by the three base motors."""
+    """The parallel-robot paper [1] §4.2 under exact servo control by the three base motors."""
     model = models.parallel_2dof()
     passive = ukjax.ConstrainedSystem(model.system, model.constraints)
     ctrl = ukjax.ServoControl(passive, model.servo, model.actuation)
@@ -226,7 +226,7 @@ def _parallel_tracking():
     return model, passive, ctrl, sol
 
 
-@claim("seed 000 §4.2: parallel robot tracks x_E = x_e1 + 0.01 cos t, y_E = y_e1", "tracked by all three chain ends")
+@claim("the parallel-robot paper [1] §4.2: parallel robot tracks x_E = x_e1 + 0.01 cos t, y_E = y_e1", "tracked by all three chain ends")
 def parallel_tracking():
     model, passive, ctrl, sol = _parallel_tracking()
     target = jax.jit(jax.vmap(lambda t: model.servo[0].centre + jnp.stack([0.01 * jnp.cos(t), 0.0 * t])))(sol.ts)
@@ -237,13 +237,13 @@ def parallel_tracking():
     return f"ends {error:.1e} m from the path, bases {bases:.1e} m; |τ_active| ≤ {float(jnp.max(jnp.abs(u))):.1e} N·m", max(error, bases) < 1e-8
 
 
-@claim("seed 003: inverse dynamics with passive joints unactuated", "passive-joint torques ≈ 0 (figs. 14–16)")
+@claim("the redundant-manipulator paper [4]: inverse dynamics with passive joints unactuated", "passive-joint torques ≈ 0 (figs. 14–16)")
 def inverse_dynamics_passive():
     model, passive, ctrl, sol = _parallel_tracking()
     applied = jax.jit(jax.vmap(lambda t, q, qd: model.actuation @ ctrl(t, q, qd)))(sol.ts, sol.q, sol.qd)
     passive_joints, active_joints = jnp.array([1, 5, 9]), jnp.array([0, 4, 8])
     # The full U-K force of the trajectory imposed on the closed chain: the second level of
-    # seed 000 §3's literal cascade (its total force less the closed chain's own).
+    # the parallel-robot paper [1] §3's literal cascade (its total force less the closed chain's own).
     cascade = ukjax.ConstrainedSystem(passive, model.servo, sequential=True)
     full = jax.jit(jax.vmap(lambda t, q, qd: cascade.constraint_force(t, q, qd) - passive.constraint_force(t, q, qd)))(sol.ts, sol.q, sol.qd)
     text = (

@@ -3,7 +3,7 @@ with the number of devices; compile time and memory per trajectory beside each.
 
     python benchmarks/scaling.py [--max-batch 100000] [--max-links 60] [--steps 100]
 
-1. Batch: seed 002's coordinated robots (n = 5, p = 2, passive under gravity), RK4 at 1 ms,
+1. Batch: the servo-control paper's coordinated robots (n = 5, p = 2, passive under gravity), RK4 at 1 ms,
    `steps` steps, `simulate_batch` on every core, batch 1, 10, …, `max-batch`.
 2. Size: a closed loop of k equal links (a `PlanarChain` hinged at the origin whose tip is
    pinned: n = k, p = 2), batch 256, k = 2 … `max-links`; per-evaluation time of the

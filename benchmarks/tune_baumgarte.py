@@ -1,4 +1,4 @@
-"""Baumgarte gains for the SCARA task of seed 001 (seed's initial state, 20 s): the paper's
+"""Baumgarte gains for the SCARA task of the SCARA paper [2] (the paper's initial state, 20 s): the paper's
 gains, critically damped gains at the paper's β, a grid over ω (critically damped,
 α = 2ω, β = ω²) and `ukjax.tune_baumgarte` (scalar and per-row gains), (a) with RK4 at a fixed
 step of 0.02 s and (b) with adaptive Tsit5 at rtol = atol = 1e-6. Columns: ∫‖Φ‖dt, final ‖Φ‖,

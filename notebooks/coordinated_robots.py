@@ -1,10 +1,10 @@
 # %% [markdown]
-# # Two coordinated planar robots holding a load (seed 002 §V–VI)
+# # Two coordinated planar robots holding a load (the servo-control paper [3] §V–VI)
 #
 # Two 3-link robots rigidly hold a common object: one 5-link chain (absolute angles) hinged to
 # the ground at both ends, 3 DOF, 6 actuators (redundant actuation). The object must follow
 # `x₃ = 1.5`, `y₃ = (1 − cos t)/2`, `θ₃ = 0`. Exact servo control uses the constrained input map
-# and tracks to integration tolerance with no stabilization; the seed's formula (`M⁻¹` map)
+# and tracks to integration tolerance with no stabilization; the paper's formula (`M⁻¹` map)
 # drifts and needs Baumgarte feedback. Redraws figs. 4–14.
 
 # %%
@@ -36,12 +36,12 @@ print("loop closure under gravity:", float(jnp.max(jnp.abs(falling.phi))))
 assert jnp.max(jnp.abs(falling.phi)) < 1e-8
 
 # %% [markdown]
-# Servo control: exact, and the seed's formula with the seed's Baumgarte form (α = β = 50).
+# Servo control: exact, and the paper's formula with the paper's Baumgarte form (α = β = 50).
 
 # %%
 controls = {
     "exact": ukjax.ServoControl(passive, model.servo, model.actuation),
-    "seed formula": ukjax.ServoControl(passive, model.servo, model.actuation, exact=False, stabilization=ukjax.Baumgarte(100.0, 2500.0)),
+    "the paper's formula": ukjax.ServoControl(passive, model.servo, model.actuation, exact=False, stabilization=ukjax.Baumgarte(100.0, 2500.0)),
 }
 results = {}
 for name, ctrl in controls.items():

@@ -3,10 +3,10 @@
 #
 # 1. A torque-driven double pendulum: masses and inertias from a position record, starting
 #    30 % off, by Levenberg–Marquardt with forward-mode Jacobians through the simulation.
-# 2. Seed 001's SCARA task with RK4 at a fixed step: Baumgarte gains tuned by gradient inside
+# 2. The SCARA paper's SCARA task with RK4 at a fixed step: Baumgarte gains tuned by gradient inside
 #    the integrator's stability region, against the paper's gains.
 #
-# The same fit on a closed chain (seed 002's coordinated robots, where the motion leaves one
+# The same fit on a closed chain (the servo-control paper's coordinated robots, where the motion leaves one
 # combination of the ten inertial parameters undetermined and the fit says which) is
 # `ukjax fit`; every identification case with its numbers is `benchmarks/identify.py`.
 

@@ -1,11 +1,11 @@
 # %% [markdown]
-# # Planar 2-DOF redundantly actuated parallel robot (seeds 000 and 003)
+# # Planar 2-DOF redundantly actuated parallel robot (the parallel-robot paper [1] and the redundant-manipulator paper [4])
 #
 # Three 2-link chains with floating bases (12 coordinates) joined by constraints: bases fixed,
 # chain ends coincident. §4.1: under `τ = [0.1 cos(πt), 0, …]` the bases stay put and the ends
 # move together (figs. 3–4). §4.2: the end effector follows `x = x_e1 + 0.01 cos t`,
-# `y = y_e1`, driven by the three base motors only (seed 003's inverse dynamics: passive joints
-# unactuated), figs. 5–6 and seed 003's figs. 14–16. Last, the seed's literal cascade (the
+# `y = y_e1`, driven by the three base motors only (the redundant-manipulator paper's inverse dynamics: passive joints
+# unactuated), figs. 5–6 and the redundant-manipulator paper's figs. 14–16. Last, the paper's literal cascade (the
 # trajectory imposed by a second U-K level that does not know the closed chain) is compared.
 
 # %%
@@ -45,7 +45,7 @@ assert jnp.max(jnp.abs(verification.phi)) < 1e-8
 ctrl = ukjax.ServoControl(passive, model.servo, model.actuation)
 tracking = ukjax.simulate(ctrl.closed_loop(), model.q0, model.qd0, 0.0, T1, ts=ts, rtol=1e-10, atol=1e-10)
 active = eqx.filter_jit(eqx.filter_vmap(ctrl))(tracking.ts, tracking.q, tracking.qd)
-# seed 000 §3 taken literally: the trajectory imposed as a second U-K solve on the closed chain
+# the parallel-robot paper [1] §3 taken literally: the trajectory imposed as a second U-K solve on the closed chain
 literal = ukjax.ConstrainedSystem(passive, model.servo, sequential=True)
 full = eqx.filter_jit(eqx.filter_vmap(lambda t, q, qd: literal.constraint_force(t, q, qd) - passive.constraint_force(t, q, qd)))(tracking.ts, tracking.q, tracking.qd)
 print("§4.2 tracking error:", float(jnp.max(jnp.abs(tracking.phi))))
@@ -53,7 +53,7 @@ assert jnp.max(jnp.abs(tracking.phi)) < 1e-8
 
 cascade = ukjax.simulate(literal, model.q0, model.qd0, 0.0, T1, ts=ts, rtol=1e-10, atol=1e-10)
 broken, followed = cascade.phi[:, :10], cascade.phi[:, 10:]  # closed-chain rows, then the trajectory's
-print("seed's literal cascade: trajectory error", float(jnp.max(jnp.abs(followed))), "but closed-chain violation", float(jnp.max(jnp.abs(broken))))
+print("the paper's literal cascade: trajectory error", float(jnp.max(jnp.abs(followed))), "but closed-chain violation", float(jnp.max(jnp.abs(broken))))
 # the joint solve (the default) keeps both
 joint = ukjax.simulate(ukjax.ConstrainedSystem(passive, model.servo), model.q0, model.qd0, 0.0, T1, ts=ts, rtol=1e-10, atol=1e-10)
 print("joint solve: every constraint within", float(jnp.max(jnp.abs(joint.phi))))
@@ -74,7 +74,7 @@ for j, name in enumerate(("A1", "A2", "A3")):
 axes[1, 0].set(title="active-joint torques, passive joints unactuated", xlabel="t [s]", ylabel="N·m")
 for index, name in [(0, "A1"), (1, "B1"), (4, "A2"), (5, "B2"), (8, "A3"), (9, "B3")]:
     axes[1, 1].plot(tracking.ts, full[:, index], label=name)
-axes[1, 1].set(title="full U-K force of the trajectory (seed 003 figs. 14–16)", xlabel="t [s]", ylabel="N·m")
+axes[1, 1].set(title="full U-K force of the trajectory (the redundant-manipulator paper [4] figs. 14–16)", xlabel="t [s]", ylabel="N·m")
 for ax in axes.flat:
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)

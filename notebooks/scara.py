@@ -1,11 +1,11 @@
 # %% [markdown]
-# # SCARA arm under a space-trajectory constraint (seed 001)
+# # SCARA arm under a space-trajectory constraint (the SCARA paper [2])
 #
 # The tool of a SCARA arm must follow `x = 0.05 sin(0.4πt)`, `y = 0.35 + 0.05 cos(0.4πt)`,
 # `z = 0.02 t` with fixed orientation (eq. 47). The start `q(0) = (−30°, 55°, −24°, 0)`,
 # `q̇(0) = (−0.157, 0.0001, 0.157, 0.0195)` is off the constraints, so without stabilization the
 # errors persist and grow (z error exactly `0.0005 t`); Baumgarte terms (α = 0.5, β = 200)
-# pull them back. This notebook redraws the seed's figures 2–10.
+# pull them back. This notebook redraws the paper's figures 2–10.
 
 # %%
 import os

@@ -1,8 +1,8 @@
 # %% [markdown]
-# # Two-mass spring under servo control (seed 002 §IV)
+# # Two-mass spring under servo control (the servo-control paper [3] §IV)
 #
 # A force `F` on mass 1 must hold the spring at length `2l` (`x₂ − x₁ = 2l`): an
-# under-actuated servo-constraint problem (2 DOF, 1 input). The seed's closed form is
+# under-actuated servo-constraint problem (2 DOF, 1 input). The paper's closed form is
 # `F = −(1 + m₁/m₂) k (x₂ − x₁ − l)` (eq. 47).
 
 # %%

@@ -24,7 +24,7 @@ def batch_case():
     q0 = jnp.broadcast_to(m.q0, (7, 5))
     # Velocities along the constraints (the chain's joint-5 tip fixed), one member NaN.
     directions = 0.3 * jnp.sin(jnp.arange(5.0) + jnp.arange(7.0)[:, None])
-    qd0 = jax.jit(jax.vmap(lambda v: system.project(0.0, m.q0, v)[1]))(directions)
+    qd0 = jax.jit(jax.vmap(lambda v: system.project(0.0, m.q0, v).qd))(directions)
     return system, q0, qd0.at[3, 0].set(jnp.nan)
 
 
@@ -130,7 +130,7 @@ def test_two_processes_under_jax_distributed():
     m = models.coordinated_robots()
     system = ukjax.ConstrainedSystem(m.system, m.constraints)
     directions = 0.3 * jnp.sin(jnp.arange(5.0) + jnp.arange(6.0)[:, None])
-    qd0 = jax.jit(jax.vmap(lambda v: system.project(0.0, m.q0, v)[1]))(directions)
+    qd0 = jax.jit(jax.vmap(lambda v: system.project(0.0, m.q0, v).qd))(directions)
     processes = [
         subprocess.Popen(
             [sys.executable, "-c", DISTRIBUTED, str(i), address, json.dumps(np.asarray(qd0).tolist())],

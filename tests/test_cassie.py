@@ -218,7 +218,7 @@ def starts(model, undamped):
     states = random_states(model, mujoco_model(equality=True), 8, seed=1, scale=0.3)
     # one by one: the program `from_mjcf` compiled to project the keyframe serves again
     projected = [undamped.project(0.0, *model.state_from_mujoco(*s)) for s in states]
-    return tuple(jnp.stack(x) for x in zip(*projected))
+    return jnp.stack([p.q for p in projected]), jnp.stack([p.qd for p in projected])
 
 
 def test_closed_loops_against_mujocos_functions_in_a_batch(model, undamped, starts):

@@ -1,17 +1,20 @@
 """The CLI's commands at short horizons: the main job `ukjax scara`, the coordinated robots' control
-demo (each with its animation beside its plot) and the identification demo `ukjax fit` (the
-closed chain's identification is checked here)."""
+demo (each with its animation beside its plot), the identification demo `ukjax fit` (the
+closed chain's identification is checked here) and `ukjax simulate` on a free-joint model and on
+Cassie, with its errors and exit statuses."""
 
 import re
+from pathlib import Path
 
 from PIL import Image
 
+import ukjax
 from ukjax._cli import main
 
 
 def test_scara_main_job(tmp_path, capsys):
     out = tmp_path / "scara.png"
-    main(["scara", "--t1", "2", "--saves", "21", "--batch", "4", "--quiet", "--out", str(out)])
+    main(["--no-cache", "scara", "--t1", "2", "--saves", "21", "--batch", "4", "--out", str(out)])
     text = capsys.readouterr().out
     z_errors = [float(z) for z in re.findall(r"z ([+-]\d\.\d+e[+-]\d+) m", text)]
     assert abs(z_errors[0] + 0.0005 * 2) < 1e-9  # seed 001: z error 0.0005 t without stabilization
@@ -23,7 +26,7 @@ def test_scara_main_job(tmp_path, capsys):
 
 def test_coordinated_control_demo(tmp_path, capsys):
     out = tmp_path / "coordinated.png"
-    main(["coordinated", "--t1", "0.5", "--saves", "11", "--quiet", "--out", str(out)])
+    main(["--no-cache", "coordinated", "--t1", "0.5", "--saves", "11", "--quiet", "--out", str(out)])
     text = capsys.readouterr().out
     errors = [float(e) for e in re.findall(r"object tracking error (\d\.\d+e[+-]\d+)", text)]
     assert errors[0] < 1e-8 < errors[1]  # exact tracks, the seed's formula does not
@@ -33,7 +36,7 @@ def test_coordinated_control_demo(tmp_path, capsys):
 
 def test_fit_demo(tmp_path, capsys):
     out = tmp_path / "fit.png"
-    main(["fit", "--horizon", "0.5", "--closed-horizon", "0.25", "--quiet", "--out", str(out)])
+    main(["--no-cache", "fit", "--horizon", "0.5", "--closed-horizon", "0.25", "--quiet", "--out", str(out)])
     text = capsys.readouterr().out
     ranks = re.findall(r"rank (\d+)/(\d+)", text)
     assert ranks == [("4", "4"), ("9", "10")]
@@ -43,3 +46,78 @@ def test_fit_demo(tmp_path, capsys):
     errors = [float(e) for e in re.findall(r"what the data determine: (\d\.\d+e[+-]\d+)", text)]
     assert len(costs) == len(errors) == 2 and max(costs) < 1e-20 and max(errors) < 1e-6, (costs, errors)
     assert out.stat().st_size > 10_000
+
+
+CASSIE = Path(__file__).parent.parent.parent / "shared" / "robots" / "cassie.xml"
+BOX = """<mujoco model="box"><option><flag contact="disable"/></option><worldbody>
+  <body name="box" pos="0 0 1"><freejoint/><geom type="box" size="0.1 0.2 0.3" mass="2"/></body>
+  </worldbody><keyframe><key name="spinning" qpos="0 0 1 1 0 0 0" qvel="1 0 2 3 1 -2"/></keyframe></mujoco>"""
+
+
+def _simulate(argv, capsys):
+    """`ukjax simulate ARGV`: its exit status (0 where it returned) and what it printed."""
+    try:
+        main(["--no-cache", "simulate", *argv])
+        code = 0
+    except SystemExit as exit:
+        code = exit.code
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_simulate_a_free_joint_model(tmp_path, capsys, monkeypatch):
+    """A one-body `<freejoint/>` box (which crashed the command): it runs, names its plot after
+    the model, draws its animation, and the quaternion norm held is reported."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "box.xml").write_text(BOX)
+    code, text = _simulate(["box.xml", "--keyframe", "spinning", "--t1", "0.2", "--saves", "5", "--gif", "box.gif"], capsys)
+    assert code == 0, text
+    assert "status SUCCESS" in text
+    assert float(re.search(r"quaternion norm error (\d\.\d+e[+-]\d+)", text).group(1)) < 1e-8
+    assert (tmp_path / "box.png").stat().st_size > 10_000
+    assert Image.open(tmp_path / "box.gif").n_frames == 5
+
+
+def test_simulate_cassie_as_the_readme_writes_it(tmp_path, capsys, monkeypatch):
+    """The README's Cassie command, at a short horizon: it runs (it crashed), its loops stay
+    closed and the files are named as asked."""
+    monkeypatch.chdir(tmp_path)
+    code, text = _simulate(
+        [str(CASSIE), "--keyframe", "home", "--t1", "0.01", "--saves", "3", "--gif", "cassie.gif", "--quiet"], capsys
+    )
+    assert code == 0, text
+    assert float(re.search(r"largest constraint violation (\d\.\d+e[+-]\d+)", text).group(1)) < 1e-8
+    assert (tmp_path / "cassie.png").stat().st_size > 10_000
+    assert Image.open(tmp_path / "cassie.gif").n_frames == 3
+
+
+def test_simulate_says_what_is_wrong_and_exits_non_zero(tmp_path, capsys, monkeypatch):
+    """An unknown keyframe lists the names there are; a horizon that is not a number is
+    refused (it ran 100 000 steps); a run that does not end in SUCCESS (two contradictory
+    equalities, which Baumgarte gains turn into contradictory accelerations) exits 1, so a
+    script can tell."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "box.xml").write_text(BOX)
+    code, text = _simulate(["box.xml", "--keyframe", "sitting"], capsys)
+    assert code == 2 and "No keyframe 'sitting'; the model has 1: spinning" in text
+    code, text = _simulate(["box.xml", "--t1", "nan"], capsys)
+    assert code == 2 and "finite, positive" in text
+    contradiction = BOX.replace(
+        "</worldbody>",
+        '<body name="arm" pos="1 0 0"><joint name="h" type="hinge"/><geom size="0.1" mass="1"/></body></worldbody>'
+        '<equality><joint joint1="h" polycoef="0.1 0 0 0 0"/><joint joint1="h" polycoef="0.2 0 0 0 0"/></equality>',
+    )
+    (tmp_path / "contradiction.xml").write_text(contradiction)
+    code, text = _simulate(["contradiction.xml", "--t1", "0.05", "--saves", "2", "--alpha", "10", "--beta", "100", "--quiet"], capsys)
+    assert code == 1 and "INCONSISTENT_CONSTRAINTS" in text, text
+
+
+def test_version_and_defaults_in_help(capsys):
+    for argv in (["--version"], ["simulate", "--help"]):
+        try:
+            main(argv)
+        except SystemExit as exit:
+            assert exit.code == 0
+    text = capsys.readouterr().out
+    assert f"ukjax {ukjax.__version__}" in text
+    assert "final time [s] (default: 5.0)" in text

@@ -115,7 +115,8 @@ def test_composed_constrained_pendulums_with_a_coupling():
     # a consistent start: both masses on their circles, the link at its length
     a = 0.7
     x1 = lengths[0] * jnp.array([jnp.sin(a), -jnp.cos(a)])
-    q0, qd0 = direct.project(0.0, jnp.concatenate([x1, x1 + jnp.array([0.4, -0.8])]), jnp.zeros(4))
+    start = direct.project(0.0, jnp.concatenate([x1, x1 + jnp.array([0.4, -0.8])]), jnp.zeros(4))
+    q0, qd0 = start.q, start.qd
     ts = jnp.linspace(0, 2, 21)
     got = ukjax.simulate(composed, q0, qd0, 0.0, 2.0, ts=ts, **TOL)
     want = ukjax.simulate(direct, q0, qd0, 0.0, 2.0, ts=ts, **TOL)

@@ -127,7 +127,8 @@ def test_composed_system_and_projection():
 
     tip_on_base = models.PointConstraint(system, models.JointPoint(2, "a"), models.JointPoint(0, "b"))
     csys = ukjax.ConstrainedSystem(system, tip_on_base)
-    q1, qd1 = csys.project(0.0, q, qd)
+    projected = csys.project(0.0, q, qd)
+    q1, qd1 = projected.q, projected.qd
     # one program (op by op, every operation compiles on its own)
     violation = jax.jit(lambda t, q, qd: csys.violation(t, q, qd))
     phi, phid = violation(0.0, q1, qd1)

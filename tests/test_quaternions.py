@@ -156,7 +156,8 @@ def test_a_planar_loop_on_a_tumbling_base():
     assert float(jnp.max(jnp.abs(rows.A[::2]))) > 0.1
 
     closed = ukjax.ConstrainedSystem(tree, model.constraints)
-    q0, qd0 = closed.project(0.0, *model.state_from_mujoco(qpos, qvel))
+    start = closed.project(0.0, *model.state_from_mujoco(qpos, qvel))
+    q0, qd0 = start.q, start.qd
     fixed = dict(solver=ukjax.RK4(), adaptive=False, dt0=1e-3, max_steps=2000, throw=False)
     sol = ukjax.simulate(closed, q0, qd0, 0.0, 2.0, ts=jnp.linspace(0.0, 2.0, 21), **fixed)
     assert ukjax.Status(int(sol.status)) == ukjax.Status.SUCCESS

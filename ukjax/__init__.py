@@ -48,6 +48,7 @@ from ._systems import (
     ExplicitSystem as ExplicitSystem,
     Forced as Forced,
     LagrangianSystem as LagrangianSystem,
+    Projection as Projection,
 )
 
 __version__ = "0.1.0"

@@ -11,8 +11,8 @@ from jax.sharding import Mesh, PartitionSpec
 from jaxtyping import ArrayLike, Float, Real
 
 from ._jit import jit
-from ._simulate import Solution, simulate
-from ._systems import AbstractSystem
+from ._simulate import DEFAULT_TOL, Solution, simulate, warn_if_started_off
+from ._systems import AbstractSystem, check_state
 
 _AXIS = "batch"
 
@@ -136,12 +136,8 @@ def simulate_batch(
     for name in ("throw", "progress_meter"):
         if name in simulate_kwargs:
             raise TypeError(f"simulate_batch takes no {name}: each member's outcome is in Solution.status.")
-    q0 = jnp.asarray(q0)
-    qd0 = jnp.asarray(qd0, dtype=q0.dtype)
-    if q0.ndim != 2 or q0.shape != qd0.shape or q0.shape[0] == 0:
-        raise ValueError(
-            f"q0 and qd0 must both have shape (batch, n) with batch ≥ 1; got {q0.shape} and {qd0.shape}."
-        )
+    q0, qd0 = check_state(system, q0, qd0, batch=True)
+    qd0 = qd0.astype(q0.dtype)
     devices = tuple(jax.devices() if devices is None else devices)
     if not devices:
         raise ValueError("devices must name at least one device.")
@@ -175,4 +171,8 @@ def simulate_batch(
     solution = _run(
         arrays, static, axes, _pad(q0, size), _pad(qd0, size), times, numeric, options, mesh, chunk
     )
-    return jax.tree.map(lambda x: x[:batch], solution)
+    solution = jax.tree.map(lambda x: x[:batch], solution)
+    warn_if_started_off(
+        solution, q0, qd0, simulate_kwargs.get("rtol", DEFAULT_TOL), simulate_kwargs.get("atol", DEFAULT_TOL)
+    )
+    return solution

@@ -1,8 +1,8 @@
 """Batch throughput of closed-chain simulation: ukjax against MuJoCo (`rollout`) and MJX.
 
-Two mechanisms of the seeds, each written once for ukjax and once as MJCF with `connect`
-equality constraints: seed 002's coordinated robots (a 5-link closed chain hinged to the
-ground at both ends, passive under gravity) and seed 000's parallel robot (three 2-link chains
+Two mechanisms of the source papers, each written once for ukjax and once as MJCF with `connect`
+equality constraints: the servo-control paper's coordinated robots (a 5-link closed chain hinged to the
+ground at both ends, passive under gravity) and the parallel-robot paper's parallel robot (three 2-link chains
 joined at the end effector, driven by constant base torques); and the parallel robot read from
 one MJCF file by both simulators (`ukjax.models.PARALLEL_2DOF_MJCF` through
 `ukjax.models.from_mjcf`); the two-finger gripper of `examples/gripper.xml` read by both (two
@@ -22,10 +22,11 @@ included).
     ukjax bench [--batch 256] [--steps 200] [--mjx-batch 0]       (a few minutes)
     python benchmarks/throughput.py [--batch 2048] [--steps 1000] [--mjx-batch 256]
 
-Last line: `throughput ratio ukjax/mujoco R violation ukjax V1 mujoco V2 ukjax failed members
-F` (the smallest of the cases' ratios, the largest of their violations, and how many ukjax
-members did not finish, by status: NONFINITE_STATE and the like; the violation is over the
-members that did).
+Last line: `throughput ratio ukjax/mujoco R (case) violation ukjax V1 mujoco V2 (case) ukjax
+failed members F` (the smallest of the cases' ratios and its case; ukjax's largest violation and
+MuJoCo's on the same case; how many ukjax members did not finish, by status: NONFINITE_STATE and
+the like; the violation is over the members that did). A peer that cannot run a case (MJX
+without `mujoco-mjx`, or failing on a model) is left out of it with a line that says why.
 """
 
 import argparse
@@ -40,6 +41,7 @@ import numpy as np
 
 import ukjax
 from ukjax import models
+from ukjax._jit import compilation_cache
 
 CORES = os.cpu_count() or 1
 DT = 1e-3
@@ -55,7 +57,7 @@ def _link(name, com, mass, inertia, pos, inner=""):
 
 
 def coordinated():
-    """Seed 002 §V: ukjax's model, and the same chain as MJCF (relative angles)."""
+    """The servo-control paper [3] §V: ukjax's model, and the same chain as MJCF (relative angles)."""
     m = models.coordinated_robots()
     body = '<site name="tip" pos="1 0 0"/>'
     for i in range(5, 0, -1):
@@ -70,11 +72,11 @@ def coordinated():
     def violation(sensors, qpos):
         return np.max(np.abs(sensors[..., :2] - np.array([3.0, 0.0])))
 
-    return "coordinated robots (seed 002)", system, m.q0, xml, qpos, np.zeros(0), violation
+    return "coordinated robots (the servo-control paper [3])", system, m.q0, xml, qpos, np.zeros(0), violation
 
 
 def parallel():
-    """Seed 000: ukjax's model (floating bases held by constraints) under constant base
+    """The parallel-robot paper [1]: ukjax's model (floating bases held by constraints) under constant base
     torques, and the same robot as MJCF (bases hinged to the world)."""
     m = models.parallel_2dof()
     q0 = np.asarray(m.q0)
@@ -97,7 +99,7 @@ def parallel():
         tips = sensors.reshape(sensors.shape[:-1] + (3, 3))[..., :2]
         return np.max(np.abs(tips[..., 1:, :] - tips[..., :1, :]))
 
-    return "parallel robot (seed 000)", system, m.q0, xml, qpos, np.array(TORQUES), violation
+    return "parallel robot (the parallel-robot paper [1])", system, m.q0, xml, qpos, np.array(TORQUES), violation
 
 
 def from_file():
@@ -253,18 +255,25 @@ def run_mjx(xml, qpos, ctrl, batch, steps, violation):
 
 
 def main(
-    argv: list[str] | None = None, *, batch: int = 2048, steps: int = 1000, mjx_batch: int = 256
+    argv: list[str] | None = None, *, batch: int = 2048, steps: int = 1000, mjx_batch: int = 256, cache: bool = True
 ) -> None:
-    """Run the comparison and print its table and last line (`argv`: command-line arguments)."""
+    """Run the comparison and print its table and last line (`argv`: command-line arguments;
+    `cache`: turn on JAX's persistent compilation cache, as `ukjax` does unless `--no-cache`)."""
     import mujoco
 
-    parser = argparse.ArgumentParser(prog="ukjax bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=batch)
-    parser.add_argument("--steps", type=int, default=steps)
+    parser = argparse.ArgumentParser(
+        prog="ukjax bench",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--batch", type=int, default=batch, help="members of each batch, every simulator")
+    parser.add_argument("--steps", type=int, default=steps, help=f"RK4 steps of {DT:g} s per member")
     parser.add_argument(
-        "--mjx-batch", type=int, default=mjx_batch, help="0 leaves MJX out (needs mujoco-mjx)"
+        "--mjx-batch", type=int, default=mjx_batch, help="members of MJX's batch; 0 leaves MJX out (needs mujoco-mjx)"
     )
     args = parser.parse_args(argv)
+    if cache:
+        compilation_cache()
     # one JAX device per core, before any computation initialises the backend
     jax.config.update("jax_num_cpu_devices", CORES)
     jax.config.update("jax_enable_x64", True)
@@ -274,7 +283,7 @@ def main(
         f"(MJX {args.mjx_batch})"
     )
     print(f"{'mechanism':30s} {'simulator':8s} {'M steps/s':>10s} {'ratio':>7s} {'violation':>10s}")
-    ratios, violations, failures = [], [], {}
+    results, failures = [], {}
     cases = [coordinated(), parallel(), from_file()]
     for path, case in ((GRIPPER, gripper), (CASSIE, cassie)):
         if path.is_file():
@@ -286,16 +295,37 @@ def main(
         mj_rate, mj_violation = run_mujoco(xml, qpos, ctrl, args.batch, args.steps, violation)
         rows = [("ukjax", uk_rate, uk_violation), ("mujoco", mj_rate, mj_violation)]
         if args.mjx_batch:
-            rows.append(("mjx", *run_mjx(xml, qpos, ctrl, args.mjx_batch, args.steps, violation)))
+            mjx = peer(name, "mjx", run_mjx, xml, qpos, ctrl, args.mjx_batch, args.steps, violation)
+            rows += [] if mjx is None else [("mjx", *mjx)]
         for simulator, rate, v in rows:
             print(f"{name:30s} {simulator:8s} {rate / 1e6:10.3f} {rate / mj_rate:7.2f} {v:10.1e}")
         outcome = ", ".join(f"{n} {k}" for n, k in failed.items()) or "all SUCCESS"
         print(f"{'':30s} (ukjax compile {compile_s:.1f} s; members not finished: {outcome})")
         failures.update({f"{name}: {n}": k for n, k in failed.items()})
-        ratios.append(uk_rate / mj_rate)
-        violations.append((uk_violation, mj_violation))
-    print(
-        f"throughput ratio ukjax/mujoco {min(ratios):.2f} violation ukjax {max(v[0] for v in violations):.1e} "
-        f"mujoco {max(v[1] for v in violations):.1e} ukjax failed members "
-        f"{sum(failures.values())}" + "".join(f" ({n} {k})" for n, k in failures.items())
+        results.append((name, uk_rate / mj_rate, uk_violation, mj_violation))
+    print(summary(results, failures))
+
+
+def peer(case: str, simulator: str, run, *args):
+    """`run(*args)`, or None with a line that says why the peer could not run the case."""
+    try:
+        return run(*args)
+    except ImportError as error:
+        print(f"{case:30s} ({simulator} left out: {error}; pip install -e '.[bench]')")
+    except Exception as error:  # the peer's own failure leaves the comparison standing
+        reason = (str(error).strip().splitlines() or [""])[0][:160]
+        print(f"{case:30s} ({simulator} left out: it failed on this model, {type(error).__name__}: {reason})")
+    return None
+
+
+def summary(results: list[tuple[str, float, float, float]], failures: dict[str, int]) -> str:
+    """The last line from `(case, ratio, ukjax's violation, MuJoCo's violation)` per case:
+    the smallest ratio and its case, and both violations from one case, the one where ukjax's
+    loops open most."""
+    slowest = min(results, key=lambda r: r[1])
+    worst = max(results, key=lambda r: (r[2], r[3]))
+    return (
+        f"throughput ratio ukjax/mujoco {slowest[1]:.2f} ({slowest[0]}) violation ukjax {worst[2]:.1e} "
+        f"mujoco {worst[3]:.1e} ({worst[0]}) ukjax failed members {sum(failures.values())}"
+        + "".join(f" ({n} {k})" for n, k in failures.items())
     )

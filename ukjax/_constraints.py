@@ -223,7 +223,7 @@ class Baumgarte(eqx.Module):
     """Baumgarte stabilization: each row obeys `Φ̈ + α Φ̇ + β Φ = 0` instead of `Φ̈ = 0`
     (for first-order constraints `ψ̇ + α ψ = 0`; acceleration-level rows are left alone).
 
-    Seed 002 writes the gains as `2α` and `β²`; the critically damped choice for a
+    The servo-control paper [3] writes the gains as `2α` and `β²`; the critically damped choice for a
     frequency `ω` is `alpha = 2ω`, `beta = ω²`.
 
     **Arguments:**

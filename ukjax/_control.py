@@ -1,4 +1,4 @@
-"""Servo-constraint (constraint-following) control: seed 002 §II–III, eq. 16–35."""
+"""Servo-constraint (constraint-following) control: the servo-control paper [3] §II–III, eq. 16–35."""
 
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -20,7 +20,7 @@ class ServoSolution(NamedTuple):
     # q̈ of the controlled system (passive constraints included) under `u`.
     acceleration: Float[Array, " n"]
     # The part of `b − A a` that no input can produce, relative to its size: zero when the
-    # servo constraints are achievable (seed 002, Assumption 3 / eq. 33).
+    # servo constraints are achievable (the servo-control paper [3] Assumption 3 / eq. 33).
     unachievable: Float[Array, ""]
     # The solve of the system without inputs (its passive constraints, their diagnostics).
     passive: UKSolution
@@ -40,7 +40,7 @@ def _input_map(d: Dynamics, F: Float[Array, "n m"]) -> Float[Array, "n m"]:
 
 
 class ServoControl(eqx.Module):
-    """Constraint-following servo control (seed 002 eq. 35): the inputs `u` that make the
+    """Constraint-following servo control (the servo-control paper [3] eq. 35): the inputs `u` that make the
     system obey the servo constraints `A_s q̈ = b_s`,
 
         u = (A_s P B_u)⁺ (b_s − A_s a) + (I − (A_s P B_u)⁺(A_s P B_u)) s(t, q, q̇),
@@ -49,7 +49,7 @@ class ServoControl(eqx.Module):
     redundantly actuated systems. `a` is the acceleration without input (passive constraints
     included) and `P` the map from forces to accelerations. On a closed chain (`system` a
     `ConstrainedSystem`) the exact `P` is the constrained one; `exact=False` uses `M⁻¹`
-    instead, the seed's formula, which tracks only approximately.
+    instead, the paper's formula, which tracks only approximately.
 
     **Arguments:**
 
@@ -58,7 +58,7 @@ class ServoControl(eqx.Module):
     - `actuation`: the actuation matrix `B_u`, shape (n, m): the inputs enter as `Q + B_u u`.
     - `stabilization`: optional Baumgarte gains for the servo rows (feedback on the tracking
       error).
-    - `exact`: constrained input map (True) or the seed's `M⁻¹` (False).
+    - `exact`: constrained input map (True) or the paper's `M⁻¹` (False).
     - `nullspace`: optional `s(t, q, qd) -> (m,)` for the null-space term.
     """
 
@@ -123,7 +123,7 @@ class ServoControl(eqx.Module):
 
     def achievable(self, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Array:
         """Whether the inputs can realise the servo constraints at `(t, q, q̇)` (rank test of
-        seed 002 eq. 33, to a relative tolerance of √ε)."""
+        the servo-control paper [3] eq. 33, to a relative tolerance of √ε)."""
         sol = self.solve(t, q, qd)
         return sol.unachievable <= sqrt_eps(sol.unachievable)
 

@@ -173,7 +173,7 @@ def udwadia_kalaba(
     - `M`: symmetric positive definite mass matrix.
     - `Q`: generalized forces of the unconstrained system.
     - `A`, `b`: constraints in second-order form `A q̈ = b`; `A` may be rank deficient.
-    - `c`: optional non-ideal constraint force specification (seed 002 eq. 12).
+    - `c`: optional non-ideal constraint force specification (the servo-control paper [3] eq. 12).
     - `method`: `"svd"` (Moore–Penrose inverse, any rank) or `"cholesky"` (Cholesky of
       `A M⁻¹ Aᵀ`; faster, only for linearly independent rows: dependent rows raise).
 

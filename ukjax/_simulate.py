@@ -16,7 +16,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, Real
 from ._constraints import as_inexact
 from ._core import sqrt_eps
 from ._jit import jit
-from ._systems import AbstractSystem
+from ._systems import AbstractSystem, check_state
 
 
 class Status(enum.IntEnum):
@@ -54,6 +54,10 @@ _MESSAGES = {
 # so it is non-zero once an accepted step met the fault at any stage, not only at saved times.
 _MASS, _RANK, _NONFINITE, _INCONSISTENT = range(4)
 _FATAL = 3  # the first three stop the solve: no acceleration exists there
+
+
+# rtol and atol of `simulate` unless given
+DEFAULT_TOL = 1e-8
 
 
 class Solution(eqx.Module):
@@ -235,8 +239,8 @@ def simulate(
     *,
     ts: Real[ArrayLike, " k"] | None = None,
     solver: diffrax.AbstractSolver | None = None,
-    rtol: float = 1e-8,
-    atol: float = 1e-8,
+    rtol: float = DEFAULT_TOL,
+    atol: float = DEFAULT_TOL,
     dt0: Real[ArrayLike, ""] | None = None,
     adaptive: bool = True,
     max_steps: int = 100_000,
@@ -276,16 +280,11 @@ def simulate(
     """
     if not isinstance(system, AbstractSystem):
         raise TypeError(f"system must be a ukjax system, got {type(system).__name__}.")
-    q0 = jnp.asarray(q0)
+    q0, qd0 = check_state(system, q0, qd0)
     if not (jnp.issubdtype(q0.dtype, jnp.floating) or jnp.issubdtype(q0.dtype, jnp.integer)):
         raise TypeError(f"q0 must be real numbers, got dtype {q0.dtype}.")
     q0 = as_inexact(q0)  # lists of integers are promoted, as NumPy would
-    qd0 = jnp.asarray(qd0, dtype=q0.dtype)
-    if q0.ndim != 1 or q0.shape != qd0.shape:
-        raise ValueError(
-            f"q0 and qd0 must both have shape (n,); got {q0.shape} and {qd0.shape}. "
-            "For a batch, use jax.vmap over simulate."
-        )
+    qd0 = qd0.astype(q0.dtype)
     if q0.dtype == jnp.float32:
         warnings.warn(
             "ukjax.simulate is running in float32; constraint drift and gradients are far less "
@@ -324,7 +323,34 @@ def simulate(
         )
     elif throw and solution.status != Status.SUCCESS:
         raise RuntimeError(_MESSAGES[Status(int(solution.status))])
+    warn_if_started_off(solution, q0, qd0, rtol, atol)
     return solution
+
+
+def warn_if_started_off(solution: Solution, q0: Array, qd0: Array, rtol: float, atol: float) -> None:
+    """Warn where a run (or members of a batch) started off its constraints by more than its
+    tolerance `atol + rtol |x|`: without Baumgarte gains the violation then stays or grows
+    while every step succeeds. Nothing happens under a transformation (read `sol.phi`)."""
+    if solution.phi is None or isinstance(solution.phi, jax.core.Tracer) or not solution.phi.is_fully_addressable:
+        return  # traced, or spread over other processes' devices (each process sees its own part)
+    rtol, atol = float(rtol), float(atol)
+    phi, phid = np.asarray(solution.phi)[..., 0, :], np.asarray(solution.phid)[..., 0, :]
+    gaps = [
+        (np.max(np.abs(x), axis=-1), atol + rtol * np.max(np.abs(np.asarray(y)), axis=-1))
+        for x, y in ((phi, q0), (phid, qd0))
+    ]
+    off = np.logical_or(*(gap > bound for gap, bound in gaps))
+    if not np.any(off):
+        return
+    members = f"{int(np.sum(off))} of {off.size} members" if off.ndim else "the run"
+    warnings.warn(
+        f"The simulation starts off its constraints ({members}): |Φ| = {float(np.max(gaps[0][0])):.2e} and "
+        f"|Φ̇| = {float(np.max(gaps[1][0])):.2e} at ts[0], over the tolerance atol + rtol·|q| (rtol = {rtol:g}, "
+        f"atol = {atol:g}); without Baumgarte gains the violation stays or grows though the status says "
+        "SUCCESS. Start from ConstrainedSystem.project(t0, q0, qd0), or stabilize with ukjax.Baumgarte.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 @jit

@@ -3,6 +3,7 @@ constrained."""
 
 import abc
 import functools
+import warnings
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -10,10 +11,18 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
-from jaxtyping import Array, ArrayLike, Float, Real
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, Real
 
 from ._animate import Sketch, join
-from ._constraints import AbstractConstraint, Baumgarte, ConstraintRows, stack_rows, value_and_jacfwd
+from ._constraints import (
+    AbstractConstraint,
+    Baumgarte,
+    ConstraintRows,
+    as_inexact,
+    stack_rows,
+    value_and_jacfwd,
+)
 from ._core import Method, UKSolution, check_method, check_shapes, free_solve, uk_solve
 from ._jit import jit
 
@@ -46,7 +55,7 @@ class Dynamics(NamedTuple):
     - `levels`: the constraints, one [`ukjax.ConstraintLevel`][] per U-K solve. All constraints
       of a system tree form one level; a sequential cascade adds one level per
       `ConstrainedSystem(..., sequential=True)`, each solved under the forces of the ones
-      before it (seed 000 §3 taken literally).
+      before it (the parallel-robot paper [1] §3 taken literally).
     """
 
     M: Float[Array, "n n"]
@@ -119,7 +128,8 @@ class AbstractSystem(eqx.Module):
         """
         raise NotImplementedError(
             f"{type(self).__name__} does not say how it is drawn: give it a sketch(t, q) method "
-            "returning a ukjax.Sketch."
+            "returning a ukjax.Sketch. A worked example: 'Drawing your own system' on the documentation "
+            "site (docs/examples/sketch.py in the repository)."
         )
 
     def solve(self, t: Time, q: Coordinates, qd: Coordinates) -> UKSolution:
@@ -133,11 +143,11 @@ class AbstractSystem(eqx.Module):
 
     def acceleration(self, t: Time, q: Coordinates, qd: Coordinates) -> Float[Array, " n"]:
         """The acceleration `q̈` at `(t, q, q̇)`, every constraint included, shape (n,)."""
-        return self.solve(t, q, qd).acceleration
+        return self.solve(t, *check_state(self, q, qd)).acceleration
 
     def constraint_force(self, t: Time, q: Coordinates, qd: Coordinates) -> Float[Array, " n"]:
         """The total constraint force `Qᶜ = M q̈ − Q` (ideal plus non-ideal), shape (n,)."""
-        return self.solve(t, q, qd).constraint_force
+        return self.solve(t, *check_state(self, q, qd)).constraint_force
 
     def inconsistency(self, t: Time, q: Coordinates, qd: Coordinates) -> Float[Array, ""]:
         """`‖A q̈ − b‖` relative to its terms: zero unless the constraints are inconsistent."""
@@ -162,6 +172,46 @@ class AbstractSystem(eqx.Module):
             jnp.concatenate([level.rows.phi for level in levels]),
             jnp.concatenate([level.rows.phid for level in levels]),
         )
+
+
+def check_state(system: AbstractSystem, q: ArrayLike, qd: ArrayLike, batch: bool = False) -> tuple[Array, Array]:
+    """`q` and `q̇` as arrays of one dtype, with a ValueError that names the expected length
+    (and, for a tree with quaternions, MuJoCo's `nq` and `nv`) where they do not fit `system`.
+
+    **Arguments:**
+
+    - `system`: the system the state belongs to.
+    - `q`, `qd`: the state, shape (n,) (`(batch, n)` with `batch=True`).
+    - `batch`: whether the state has a leading batch axis.
+
+    **Returns:**
+
+    `(q, qd)` as arrays.
+    """
+    q, qd = jnp.asarray(q), jnp.asarray(qd)
+    shape = "(batch, n)" if batch else "(n,)"
+    if q.ndim != 1 + batch or q.shape != qd.shape or (batch and q.shape[0] == 0):
+        raise ValueError(
+            f"q0 and qd0 must both have shape {shape}{' with batch ≥ 1' if batch else ''} (q and q̇); got "
+            f"{q.shape} and {qd.shape}." + ("" if batch else " For a batch, use ukjax.simulate_batch or jax.vmap.")
+        )
+    n = getattr(system, "num_coordinates", None)
+    if n is None or q.shape[-1] == n:
+        return q, qd
+    inner = system
+    while not hasattr(inner, "num_velocities") and hasattr(inner, "system"):
+        inner = inner.system
+    nv = getattr(inner, "num_velocities", n)
+    note = (
+        f" The model's ball and free joints keep quaternions: n counts MuJoCo's qpos entries "
+        f"(nq = {n}), not its qvel entries (nv = {nv}), and q̇ is the rate of q, also {n} long; "
+        "convert MuJoCo's state with Model.state_from_mujoco(qpos, qvel)."
+        if nv != n
+        else ""
+    )
+    raise ValueError(
+        f"The system has {n} coordinates, so q and q̇ must have {n} entries each; got {q.shape[-1]}.{note}"
+    )
 
 
 def check_dynamics_shapes(M, Q, q) -> None:
@@ -252,7 +302,7 @@ class ConstrainedSystem(AbstractSystem):
     constraint in the tree is kept: by default the constraints of `system` and these are
     solved jointly in one U-K solve (whose rows `sol.phi` reports together), and the
     stabilization and non-ideal term given here apply to these rows only.
-    `sequential=True` instead imposes these constraints on `system` as seed 000 §3 writes it:
+    `sequential=True` instead imposes these constraints on `system` as the parallel-robot paper [1] §3 writes it:
     a second solve that takes the inner constraint force as a given applied force and so does
     not keep the inner constraints.
 
@@ -262,11 +312,11 @@ class ConstrainedSystem(AbstractSystem):
     - `constraints`: a constraint or a sequence of them, mixed freely.
     - `stabilization`: optional [`ukjax.Baumgarte`][] gains over these rows.
     - `nonideal`: optional `c(t, q, qd) -> (n,)`, the non-ideal constraint force specification
-      (seed 002 eq. 12–13); the force it adds does work `q̇ᵀc` on admissible motions. In a
+      (the servo-control paper [3] eq. 12–13); the force it adds does work `q̇ᵀc` on admissible motions. In a
       joint solve the `c` of every level is added.
     - `method`: `"svd"` (default; any rank) or `"cholesky"` (linearly independent rows only;
       faster). It applies to the joint solve of everything inside.
-    - `sequential`: the literal cascade of seed 000 §3 instead of the joint solve.
+    - `sequential`: the literal cascade of the parallel-robot paper [1] §3 instead of the joint solve.
     """
 
     system: AbstractSystem
@@ -344,37 +394,115 @@ class ConstrainedSystem(AbstractSystem):
         inner = self.system.dynamics(t, q, qd)
         return inner._replace(levels=self._with_own(inner.levels, t, q, qd))
 
-    # Compiled as one program: evaluated op by op, the unrolled kernels dispatch thousands of
-    # scalar operations (seconds for the parallel robot).
-    @jit
     def project(
-        self, t: Time, q: Coordinates, qd: Coordinates, *, iterations: int = 8
-    ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
+        self, t: Time, q: Coordinates, qd: Coordinates, *, tol: float | None = None, max_steps: int = 64
+    ) -> "Projection":
         """The nearest consistent state: `q` moved onto `Φ = 0` by minimum-norm Gauss–Newton
-        steps, then `q̇` onto `Φ̇ = 0` (and `ψ = 0`) by a minimum-norm correction, for every
-        constraint of the system tree. Use it to start a simulation from printed, rounded
-        initial conditions.
+        steps with a backtracking line search on `‖Φ‖²`, then `q̇` onto `Φ̇ = 0` (and `ψ = 0`)
+        by a minimum-norm correction, for every constraint of the system tree. Use it to start
+        a simulation from printed, rounded initial conditions.
+
+        The steps go on until `‖Φ‖` stops falling (round-off, or a configuration from which
+        no step closes the constraints further). A projection that ends more than `tol` off
+        is never silent: called eagerly it warns with the distance left; under `jit` or
+        `vmap` read `success`.
 
         **Arguments:**
 
         - `t`, `q`, `qd`: the state to correct.
-        - `iterations`: Gauss–Newton steps (quadratic convergence; a few suffice).
+        - `tol`: the largest `|Φ|`, `|Φ̇|` counted as consistent (default `ε^¾` of the
+          state's dtype: 1.8e-12 in float64).
+        - `max_steps`: the most Gauss–Newton steps.
 
         **Returns:**
 
-        `(q, qd)`, consistent up to round-off where a consistent state is near.
+        A [`ukjax.Projection`][]: `q`, `qd`, the residuals `phi` and `phid` left, the number
+        of steps and `success`.
         """
+        q, qd = check_state(self, q, qd)
+        q = as_inexact(q)
+        qd = qd.astype(q.dtype)
+        tol = float(jnp.finfo(q.dtype).eps) ** 0.75 if tol is None else tol
+        result = _project(self, t, q, qd, jnp.asarray(tol, q.dtype), max_steps)
+        if not isinstance(result.success, jax.core.Tracer) and not bool(result.success):
+            warnings.warn(
+                f"ConstrainedSystem.project missed its tolerance {tol:.1e}: after {int(result.steps)} "
+                f"Gauss–Newton steps the constraints are still |Φ| = {float(jnp.max(jnp.abs(result.phi))):.2e} "
+                f"and |Φ̇| = {float(jnp.max(jnp.abs(result.phid))):.2e} off. No step from there closes them "
+                "further: start nearer a consistent state (or check that one exists).",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return result
 
-        def least_squares_step(residual, x):
-            r, jacobian = value_and_jacfwd(residual, x)
-            return x - jnp.linalg.pinv(jacobian) @ r
 
-        def newton(_, q):
-            return least_squares_step(lambda q: self.violation(t, q, jnp.zeros_like(q))[0], q)
+class Projection(eqx.Module):
+    """The result of [`ukjax.ConstrainedSystem.project`][].
 
-        q = jax.lax.fori_loop(0, iterations, newton, q)
-        # Φ̇ and ψ are affine in q̇, so one least-squares step is exact.
-        return q, least_squares_step(lambda qd: self.violation(t, q, qd)[1], qd)
+    **Attributes:**
+
+    - `q`, `qd`: the projected state, shape (n,).
+    - `phi`, `phid`: the constraint residuals left there, shape (p,) (as `violation` gives).
+    - `steps`: the Gauss–Newton steps taken.
+    - `success`: whether `|Φ|` and `|Φ̇|` are within the tolerance everywhere.
+    """
+
+    q: Float[Array, " n"]
+    qd: Float[Array, " n"]
+    phi: Float[Array, " p"]
+    phid: Float[Array, " p"]
+    steps: Int[Array, ""]
+    success: Bool[Array, ""]
+
+
+# Step lengths tried along each Gauss–Newton direction, all in one batched evaluation.
+_STEP_LENGTHS = 0.5 ** np.arange(12)
+
+
+def _damped_solve(J: Float[Array, "p n"], r: Float[Array, " p"], damping: Float[Array, ""]) -> Float[Array, " n"]:
+    """`Jᵀ (J Jᵀ + μ I)⁻¹ r` by the SVD of `J`: the minimum-norm least-squares solution of
+    `J x = r` where `μ = 0`, and shorter where `J` is nearly singular and `μ > 0`."""
+    U, s, Vt = jnp.linalg.svd(J, full_matrices=False)
+    kept = s > jnp.finfo(J.dtype).eps * max(J.shape) * s[0]
+    gain = jnp.where(kept, s / jnp.where(kept, s * s + damping, 1.0), 0.0)
+    return Vt.T @ (gain * (U.T @ r))
+
+
+# Compiled as one program: evaluated op by op, the unrolled kernels dispatch thousands of
+# scalar operations (seconds for the parallel robot).
+@jit
+def _project(system, t, q, qd, tol, max_steps):
+    def residual(q):
+        return system.violation(t, q, jnp.zeros_like(q))[0]
+
+    def merit(r):
+        return jnp.sum(r * r)
+
+    def step(state):
+        k, q, r, _ = state
+        r, jacobian = value_and_jacfwd(residual, q)
+        direction = -_damped_solve(jacobian, r, merit(r))
+        lengths = jnp.asarray(_STEP_LENGTHS, q.dtype)
+        tried = jax.vmap(lambda a: residual(q + a * direction))(lengths)
+        # Armijo's test on ‖Φ‖² (the full step of Gauss–Newton decreases it by 2‖Φ‖² to
+        # first order where J has full row rank): the longest step that passes it
+        decrease = jax.vmap(merit)(tried) <= (1 - 1e-4 * lengths) * merit(r)
+        best = jnp.argmax(decrease)
+        moved = decrease[best]
+        return k + 1, jnp.where(moved, q + lengths[best] * direction, q), jnp.where(moved, tried[best], r), moved
+
+    def going(state):
+        k, _, r, moved = state
+        return (k < max_steps) & moved & (merit(r) > 0)
+
+    r0 = residual(q)
+    steps, q, _, _ = jax.lax.while_loop(going, step, (jnp.zeros((), jnp.int32), q, r0, jnp.array(True)))
+    # Φ̇ and ψ are affine in q̇, so one least-squares step is exact.
+    rate, jacobian = value_and_jacfwd(lambda qd: system.violation(t, q, qd)[1], qd)
+    qd = qd - jnp.linalg.pinv(jacobian) @ rate
+    phi, phid = system.violation(t, q, qd)
+    largest = jnp.maximum(jnp.max(jnp.abs(phi)), jnp.max(jnp.abs(phid)))
+    return Projection(q, qd, phi, phid, steps, largest <= tol)
 
 
 class Forced(AbstractSystem):
@@ -425,7 +553,7 @@ def _embed(level: ConstraintLevel, where: slice, n: int) -> ConstraintLevel:
 
 class ComposedSystem(AbstractSystem):
     """Subsystems stacked into one: block-diagonal `M`, stacked `Q`, named coordinate slices.
-    Connect them with constraints (seed 000 §2, seed 003). Constrained parts keep their
+    Connect them with constraints (the parallel-robot paper [1] §2, the redundant-manipulator paper [4]). Constrained parts keep their
     constraints: they join the whole system's U-K solve.
 
     **Arguments:**

@@ -1,4 +1,4 @@
-"""Model builders and the seeds' mechanisms."""
+"""Model builders and the source papers' mechanisms."""
 
 from ._actuators import Actuated as Actuated, Actuators as Actuators
 from ._excitation import SineInputs as SineInputs

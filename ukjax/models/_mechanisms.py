@@ -1,4 +1,4 @@
-"""The seeds' mechanisms built from the general builders."""
+"""The source papers' mechanisms built from the general builders."""
 
 from pathlib import Path
 
@@ -16,7 +16,7 @@ from ._scara import Model
 
 
 class TwoMassSpring(AbstractUnconstrainedSystem):
-    """Two masses on a line joined by a spring (seed 002 §IV, eq. 36–38), `q = (x1, x2)`."""
+    """Two masses on a line joined by a spring (the servo-control paper [3] §IV, eq. 36–38), `q = (x1, x2)`."""
 
     m1: Float[Array, ""] = eqx.field(converter=as_inexact, default=1.0)
     m2: Float[Array, ""] = eqx.field(converter=as_inexact, default=2.0)
@@ -37,7 +37,7 @@ class TwoMassSpring(AbstractUnconstrainedSystem):
 
 
 class SpringLength(AbstractHolonomic):
-    """Servo constraint `x2 − x1 = length` (seed 002 eq. 44 with `length = 2l`)."""
+    """Servo constraint `x2 − x1 = length` (the servo-control paper [3] eq. 44 with `length = 2l`)."""
 
     length: Float[Array, ""] = eqx.field(converter=as_inexact)
 
@@ -46,10 +46,10 @@ class SpringLength(AbstractHolonomic):
 
 
 def two_mass_spring(m1: float = 1.0, m2: float = 2.0, k: float = 10.0, l: float = 1.0) -> Model:
-    """Seed 002 §IV: the force `F` on mass 1 must hold the spring at length `2l`.
+    """The servo-control paper [3] §IV: the force `F` on mass 1 must hold the spring at length `2l`.
 
     No passive constraints; servo constraint `x2 − x1 = 2l`; actuation `B = [1, 0]ᵀ`. The start
-    `x = (0, 2l)` at rest satisfies the servo constraint. (The seed gives no numbers.)
+    `x = (0, 2l)` at rest satisfies the servo constraint. (The paper gives no numbers.)
     """
     system = TwoMassSpring(m1, m2, k, l)
     return Model(
@@ -63,7 +63,7 @@ def two_mass_spring(m1: float = 1.0, m2: float = 2.0, k: float = 10.0, l: float 
 
 
 class ObjectTrajectory(AbstractHolonomic):
-    """Seed 002 eq. 64–65: the held object's centre at `(1.5 l, l(1 − cos t)/2)`, level."""
+    """The servo-control paper [3] eq. 64–65: the held object's centre at `(1.5 l, l(1 − cos t)/2)`, level."""
 
     chain: PlanarChain
 
@@ -79,9 +79,9 @@ class ObjectTrajectory(AbstractHolonomic):
 def coordinated_robots(
     l: float = 1.0, m: float = 1.0, inertia: float = 1.0, g: float = 9.8, L: float = 3.0
 ) -> Model:
-    """Seed 002 §V: two planar 3-link robots holding a common load, as one 5-link chain in
+    """The servo-control paper [3] §V: two planar 3-link robots holding a common load, as one 5-link chain in
     absolute angles whose tip is hinged to the ground at `(L, 0)` (eq. 57–63); 6 actuators
-    (eq. 70), 3 DOF. This is also the dual-arm system of seed 004 (two 3-link arms carrying a
+    (eq. 70), 3 DOF. This is also the dual-arm system of the dual-arm paper [5] (two 3-link arms carrying a
     bar: 5 coordinates, 3 DOF, 6 joints).
 
     The start consistent with the text: `θ(0) = (60°, −60°, 0°, 60°, −60°)` at rest.
@@ -104,7 +104,7 @@ def coordinated_robots(
 
 PARALLEL_2DOF_MJCF = Path(__file__).parent / "parallel_2dof.xml"
 """The parallel robot of `parallel_2dof` as an MJCF file (bases hinged to the ground, tips
-joined by two site `connect`s, a motor at each base, keyframe "start" = seed 000's
+joined by two site `connect`s, a motor at each base, keyframe "start" = the parallel-robot paper's
 configuration), for [`ukjax.models.from_mjcf`][] and MuJoCo."""
 
 PARALLEL_2DOF_LINKS = {
@@ -112,12 +112,12 @@ PARALLEL_2DOF_LINKS = {
     "chain2": ((0.244, 0.0657, 1.3663, 0.0122), (0.244, 0.1096, 0.4132, 0.0036)),
     "chain3": ((0.244, 0.0657, 1.3663, 0.0122), (0.244, 0.1096, 0.4132, 0.0036)),
 }
-"""Seed 000's Table 2: (length, centre-of-mass distance, mass, inertia about the centre of
+"""The parallel-robot paper's Table 2: (length, centre-of-mass distance, mass, inertia about the centre of
 mass) of links a (active, at the base) and b (passive) of chains 1–3."""
 
 
 class PointTrajectory(AbstractHolonomic):
-    """A point follows `centre + (amplitude cos t, 0)` (seed 000 eq. 26: a horizontal
+    """A point follows `centre + (amplitude cos t, 0)` (the parallel-robot paper [1] eq. 26: a horizontal
     back-and-forth line)."""
 
     system: AbstractSystem
@@ -133,17 +133,17 @@ class PointTrajectory(AbstractHolonomic):
 PARALLEL_2DOF_Q0 = np.array(
     [1.3015, -2.1752, 0.0, 0.25, 2.9105, -1.4593, 0.43, 0.0, 2.981, 1.8776, 0.4269, 0.5005]
 )
-"""Seed 000 §4.1's start of the parallel robot as printed, `[qa_i, qb_i, xa_i, ya_i]` for
+"""The parallel-robot paper [1] §4.1's start of the parallel robot as printed, `[qa_i, qb_i, xa_i, ya_i]` for
 i = 1..3 (four digits: the tips miss each other by 3.5e-5 m)."""
 
 
 def parallel_2dof() -> Model:
-    """Seeds 000 and 003: the planar 2-DOF redundantly actuated parallel robot, cut into three
+    """The parallel-robot paper [1] and the redundant-manipulator paper [4]: the planar 2-DOF redundantly actuated parallel robot, cut into three
     2-link chains with floating bases, `q = [qa_i, qb_i, xa_i, ya_i]` for i = 1..3 (12
     coordinates, no gravity: the robot lies in a horizontal plane). Constraints: each base
     fixed (6 rows) and the three tips joined at the end effector (4 rows); servo constraint:
     the end effector's trajectory of §4.2; actuation: the three base motors. Link parameters from
-    seed 000's Table 2. Its §4.1 prints `q0` to four digits, so that the tips miss each other
+    the parallel-robot paper's Table 2. Its §4.1 prints `q0` to four digits, so that the tips miss each other
     by 3.5e-5 m: the default `q0` is the printed one projected onto the constraints (a change
     of at most 7e-5 in any coordinate); the bases sit where the printed `q0` puts them.
     """
@@ -160,12 +160,11 @@ def parallel_2dof() -> Model:
         PointConstraint(system, JointPoint(2, "chain1"), JointPoint(2, name)) for name in ("chain2", "chain3")
     )
     constraints = bases + tips
-    q0, qd0 = ConstrainedSystem(system, constraints).project(
-        0.0, jnp.asarray(PARALLEL_2DOF_Q0), jnp.zeros(12)
-    )
+    start = ConstrainedSystem(system, constraints).project(0.0, jnp.asarray(PARALLEL_2DOF_Q0), jnp.zeros(12))
+    q0, qd0 = start.q, start.qd
     actuation = jnp.zeros((12, 3)).at[jnp.array([0, 4, 8]), jnp.arange(3)].set(1.0)  # motors at the bases
     # §4.2: x_E = x_e1 + 0.01 cos t, y_E = y_e1, with (x_e1, y_e1) placed so that the start is
-    # on the trajectory (the seed leaves the reference point to be chosen from the start).
+    # on the trajectory (the paper leaves the reference point to be chosen from the start).
     amplitude = 0.01
     tip = JointPoint(2, "chain1")
     centre = tip(system, q0) - jnp.array([amplitude, 0.0])

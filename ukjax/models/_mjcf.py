@@ -335,7 +335,11 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
             else mujoco.mj_name2id(mjm, mujoco.mjtObj.mjOBJ_KEY, keyframe)
         )
         if not 0 <= index < mjm.nkey:
-            raise KeyError(f"No keyframe {keyframe!r}; the model has {mjm.nkey}.")
+            names = [_name(mjm, mujoco.mjtObj.mjOBJ_KEY, k, "") for k in range(mjm.nkey)]
+            raise KeyError(
+                f"No keyframe {keyframe!r}; the model has "
+                + (f"{mjm.nkey}: {', '.join(names)} (a name or an index)." if mjm.nkey else "none.")
+            )
         q0, qvel0 = mjm.key_qpos[index], mjm.key_qvel[index]
     q0, qd0 = tree.state_from_mujoco(jnp.asarray(q0, float), jnp.asarray(qvel0, float))
     q0, qd0 = _consistent_start(tree, constraints, q0, qd0, kind)
@@ -359,10 +363,12 @@ def _consistent_start(tree, constraints, q0, qd0, kind: str):
     off = float(_largest_violation(system, q0, qd0))
     if off <= 1e-10:
         return q0, qd0
-    q, qd = system.project(0.0, q0, qd0)
-    left = float(_largest_violation(system, q, qd))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a miss is said below, in the file's terms
+        start = system.project(0.0, q0, qd0)
     message = f"The {kind} model's start (keyframe or qpos0) violates its equality constraints by {off:.2e}; "
-    if not left <= 1e-10:  # NaN included
+    if not start.success:
+        left = float(jnp.max(jnp.abs(start.phi)))
         warnings.warn(
             message + f"projecting it did not converge (still {left:.2e} off), so it is kept as it is: "
             "start from a keyframe that closes the loops, or project a start yourself (ConstrainedSystem.project).",
@@ -370,11 +376,11 @@ def _consistent_start(tree, constraints, q0, qd0, kind: str):
         )
         return q0, qd0
     warnings.warn(
-        message + f"it was projected onto them: q moved by {float(jnp.linalg.norm(q - q0)):.2e}, q̇ by "
-        f"{float(jnp.linalg.norm(qd - qd0)):.2e}.",
+        message + f"it was projected onto them: q moved by {float(jnp.linalg.norm(start.q - q0)):.2e}, q̇ by "
+        f"{float(jnp.linalg.norm(start.qd - qd0)):.2e}.",
         stacklevel=4,
     )
-    return q, qd
+    return start.q, start.qd
 
 
 def from_mjcf(source: str | os.PathLike, *, keyframe: str | int | None = None) -> Model:

@@ -1,4 +1,4 @@
-"""General planar n-link serial manipulator (seed 004; seed 002's appendix is the 5-link case)."""
+"""General planar n-link serial manipulator (the dual-arm paper [5]; the servo-control paper's appendix is the 5-link case)."""
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -20,7 +20,7 @@ class PlanarChain(AbstractUnconstrainedSystem):
 
     Coordinates: the `k` joint angles, measured from the x axis (`absolute=True`) or from the
     previous link (`absolute=False`), followed by the base position `(x, y)` when
-    `floating_base=True` (seed 000's subsystems). Dynamics in closed form from the links'
+    `floating_base=True` (the parallel-robot paper's subsystems). Dynamics in closed form from the links'
     Jacobians: `M = Σ mᵢ Jᵢᵀ Jᵢ + Σ Iᵢ ωᵢᵀωᵢ` and `Q = Σ mᵢ Jᵢᵀ (g − J̇ᵢ q̇)`.
 
     **Arguments:**

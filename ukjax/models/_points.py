@@ -1,4 +1,4 @@
-"""Points of chains, and the constraints that connect them (seed 000 §2, seed 003)."""
+"""Points of chains, and the constraints that connect them (the parallel-robot paper [1] §2, the redundant-manipulator paper [4])."""
 
 import equinox as eqx
 import jax.numpy as jnp

@@ -1,4 +1,4 @@
-"""The SCARA arm of seed 001 (Xu & Liu 2017): closed-form dynamics and trajectory constraints."""
+"""The SCARA arm of the SCARA paper [2] (Xu & Liu 2017): closed-form dynamics and trajectory constraints."""
 
 from collections.abc import Callable
 from typing import NamedTuple
@@ -22,9 +22,9 @@ class Model(NamedTuple):
 
     - `system`: the unconstrained system.
     - `constraints`: its passive constraints (a closed chain) or, for a trajectory to follow
-      by constraint forces alone (seed 001), that trajectory.
+      by constraint forces alone (the SCARA paper [2]), that trajectory.
     - `q0`, `qd0`: the default initial state.
-    - `servo`: servo constraints of the seed's control task (empty if none).
+    - `servo`: servo constraints of the paper's control task (empty if none).
     - `actuation`: the actuation matrix `B_u` (n, m) of the control task, or None.
     - `actuators`: an imported file's actuators as MuJoCo applies them
       ([`ukjax.models.Actuators`][]), or None; see `controlled`.
@@ -77,10 +77,10 @@ class Model(NamedTuple):
 
 class ScaraArm(AbstractUnconstrainedSystem):
     """SCARA arm (three revolute joints about z, one prismatic along z), `q = (q1, q2, q3, q4)`,
-    with the closed-form `M`, `C q̇` and `G` of seed 001 eq. 34–36 (`G = [0, 0, 0, m4 g]`).
+    with the closed-form `M`, `C q̇` and `G` of the SCARA paper [2] eq. 34–36 (`G = [0, 0, 0, m4 g]`).
 
     **Arguments:** link masses `m` (4,), lengths `l0, l1, l2`, centre-of-mass distances
-    `r1, r2`, inertias about z `Iz` (4,), gravity `g`. Defaults are seed 001's values.
+    `r1, r2`, inertias about z `Iz` (4,), gravity `g`. Defaults are the SCARA paper's values.
     """
 
     m: Float[Array, "4"] = eqx.field(converter=as_inexact, default=(20.0, 15.0, 15.0, 0.5))
@@ -150,13 +150,13 @@ class ScaraArm(AbstractUnconstrainedSystem):
 
 
 def scara_reference(t) -> Float[Array, " 3"]:
-    """The desired tool path of seed 001 eq. 40."""
+    """The desired tool path of the SCARA paper [2] eq. 40."""
     w = 0.4 * jnp.pi
     return jnp.stack([0.05 * jnp.sin(w * t), 0.35 + 0.05 * jnp.cos(w * t), 0.02 * t])
 
 
 class ScaraTrajectory(AbstractHolonomic):
-    """Seed 001 eq. 48: the tool follows eq. 40 with fixed orientation `q1 + q2 + q3 = 0`.
+    """The SCARA paper [2] eq. 48: the tool follows eq. 40 with fixed orientation `q1 + q2 + q3 = 0`.
     Rows: x, y, orientation, z."""
 
     arm: ScaraArm
@@ -172,14 +172,14 @@ class ScaraTrajectory(AbstractHolonomic):
 
 
 def scara(arm: ScaraArm | None = None) -> Model:
-    """SCARA arm of seed 001 with its trajectory constraint (eq. 47).
+    """SCARA arm of the SCARA paper [2] with its trajectory constraint (eq. 47).
 
     The printed `q1(0) = 30°, q3(0) = 24°` contradict eq. 47; the start consistent with the
     trajectory and the printed velocities is `q(0) = (−30°, 55°, −24°, 0 m)`.
 
     **Arguments:**
 
-    - `arm`: the arm's parameters (default: seed 001's).
+    - `arm`: the arm's parameters (default: the SCARA paper's).
 
     **Returns:**
 
@@ -192,8 +192,8 @@ def scara(arm: ScaraArm | None = None) -> Model:
 
 
 def scara_chain(arm: ScaraArm | None = None) -> SerialChain:
-    """The SCARA arm built from its joint twists (seed 001 eq. 33) by the product of
-    exponentials, with the parameters of `arm` (default: seed 001's).
+    """The SCARA arm built from its joint twists (the SCARA paper [2] eq. 33) by the product of
+    exponentials, with the parameters of `arm` (default: the SCARA paper's).
 
     **Returns:**
 

@@ -1,4 +1,4 @@
-"""Spatial serial chains from joint twists: the product of exponentials (seed 001 eq. 12–39)."""
+"""Spatial serial chains from joint twists: the product of exponentials (the SCARA paper [2] eq. 12–39)."""
 
 from collections.abc import Sequence
 
@@ -45,7 +45,7 @@ def prismatic(axis: Float[ArrayLike, " 3"]) -> tuple[str, Array]:
 
 
 def _exp(kind: str, twist, theta):
-    """`e^{ξ̂θ}` as a (4, 4) homogeneous transform (seed 001 eq. 37)."""
+    """`e^{ξ̂θ}` as a (4, 4) homogeneous transform (the SCARA paper [2] eq. 37)."""
     v, w = twist[:3], twist[3:]
     if kind == "prismatic":
         R, p = jnp.eye(3), v * theta
@@ -128,7 +128,7 @@ class SerialChain(AbstractUnconstrainedSystem):
         return Sketch(jnp.stack([P[:-1], P[1:]], axis=1), P)
 
     def transform(self, q: Float[Array, " n"], tool_at_zero: Float[ArrayLike, "4 4"]) -> Float[Array, "4 4"]:
-        """`e^{ξ̂₁q₁}⋯e^{ξ̂ₙqₙ} g(0)` for a tool frame `g(0)` (seed 001 eq. 38)."""
+        """`e^{ξ̂₁q₁}⋯e^{ξ̂ₙqₙ} g(0)` for a tool frame `g(0)` (the SCARA paper [2] eq. 38)."""
         g = jnp.eye(4)
         for i, kind in enumerate(self.kinds):
             g = g @ _exp(kind, self.twists[i], q[i])
