@@ -5,6 +5,7 @@ Prints one row per claim (name, the paper's value, ukjax's value, pass/fail) and
 claim as a test (tests/test_seeds.py). To add a claim, decorate a function returning
 `(ukjax's value as text, passed)` with `@claim(name, paper's value)`.
 
+    pip install -e ".[test]"   # Pinocchio and SciPy, the references some claims are checked against
     python benchmarks/reproduce_seeds.py
 """
 
@@ -24,9 +25,15 @@ import ukjax  # noqa: E402
 from ukjax import models  # noqa: E402
 
 try:
-    from . import references  # noqa: E402
-except ImportError:  # run as a script
-    import references  # noqa: E402
+    try:
+        from . import references  # noqa: E402
+    except ImportError as error:
+        if error.name:  # a package missing, not the relative import of a script
+            raise
+        import references  # noqa: E402
+except ModuleNotFoundError as error:
+    # Pinocchio is one of the references: the test extra installs it
+    sys.exit(f'benchmarks/reproduce_seeds.py needs the test extra: pip install -e ".[test]" (missing: {error.name})')
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 

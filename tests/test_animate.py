@@ -91,5 +91,6 @@ def test_every_public_name_has_a_reference_entry():
     pages = "\n".join(p.read_text() for p in (ROOT / "docs" / "api").glob("*.md"))
     entries = {line.split()[1] for line in pages.splitlines() if line.startswith("::: ")}
     expected = {f"ukjax.{n}" for n in _public(ukjax)} | {f"ukjax.models.{n}" for n in _public(models)}
+    expected |= {f"ukjax.examples.{n}" for n in _public(ukjax.examples) if n != "Path"}
     assert expected - entries == set()
     assert entries - expected == set()

@@ -585,3 +585,13 @@ def test_sites_on_the_world_body():
     anchor, gap = evaluate(model.system, model.constraints[0], q)
     np.testing.assert_allclose(anchor, d.site_xpos[0], atol=1e-14)
     np.testing.assert_allclose(gap, d.efc_pos[:3], atol=1e-12)
+
+
+def test_example_files_ship_with_the_package(tmp_path, monkeypatch):
+    """`ukjax.examples.path` finds the example files from any directory (the README's snippet
+    ran only from the repository's root); an unknown name lists the files there are."""
+    monkeypatch.chdir(tmp_path)
+    model = models.from_mjcf(ukjax.examples.path("fourbar.xml"), keyframe="swinging")
+    assert model.system.joint_names == ("crank", "coupler", "rocker")
+    with pytest.raises(FileNotFoundError, match=r"fourbar\.xml.*gripper\.xml"):
+        ukjax.examples.path("fivebar.xml")

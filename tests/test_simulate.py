@@ -246,3 +246,20 @@ def test_no_recompilation_on_second_call():
 def test_float32_warns():
     with pytest.warns(UserWarning, match="float32"):
         ukjax.simulate(pendulum(), jnp.array([0.6, -0.8], jnp.float32), jnp.zeros(2, jnp.float32), 0.0, 0.1)
+
+
+def test_forward_mode_through_the_default_adjoint_names_the_fix():
+    """`jax.jacfwd` through `simulate` with the default (reverse-only) adjoint: a TypeError
+    that names `adjoint=diffrax.ForwardMode()`, not JAX's raw custom_vjp message; with it the
+    derivative is that of the closed form `x(t) = x₀ cos(√k t)`."""
+    import diffrax
+
+    def final(k, adjoint=None):
+        spring = ukjax.ExplicitSystem(lambda t, q: jnp.eye(1), lambda t, q, qd: -k * q)
+        sol = ukjax.simulate(spring, jnp.ones(1), jnp.zeros(1), 0.0, 1.0, rtol=1e-10, atol=1e-10, adjoint=adjoint)
+        return sol.q[-1, 0]
+
+    with pytest.raises(TypeError, match=r"adjoint=diffrax\.ForwardMode\(\)"):
+        jax.jacfwd(final)(2.0)
+    derivative = jax.jacfwd(lambda k: final(k, diffrax.ForwardMode()))(2.0)
+    assert abs(float(derivative) - (-jnp.sin(jnp.sqrt(2.0)) / (2 * jnp.sqrt(2.0)))) < 1e-7

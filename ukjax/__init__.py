@@ -1,6 +1,6 @@
 """ukjax: differentiable constrained multibody dynamics by the Udwadia–Kalaba equation."""
 
-from . import models as models
+from . import examples as examples, models as models
 from ._animate import Sketch as Sketch, animate as animate
 from ._batch import simulate_batch as simulate_batch
 from ._constraints import (

@@ -111,7 +111,9 @@ def simulate_batch(
     The batch is split evenly over `devices` (padded with copies of its last member, which are
     dropped again). Each member gets its own `status`: a failed member is marked and the others
     are kept, so nothing raises. Compiled once per batch shape, system structure and devices.
-    On CPU, split the cores into devices before importing jax (see the README's "Batches");
+    On CPU, split the cores into devices before the first computation
+    (`jax.config.update("jax_num_cpu_devices", cores)`; see "Batches and devices" on the
+    documentation site, docs/concepts/batches.md);
     each device then takes its members in chunks whose mass matrices stay in the cache.
 
     **Arguments:**

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import ukjax
-from ukjax import models
+from ukjax import examples, models
 from ukjax._jit import compilation_cache
 
 CORES = os.cpu_count() or 1
@@ -122,7 +122,7 @@ def from_file():
     )
 
 
-GRIPPER = Path(__file__).resolve().parents[1] / "examples" / "gripper.xml"
+GRIPPER = examples.path("gripper.xml")
 GRIP = 0.3  # the gripper's command (its actuator's `ctrlrange` is ±0.6)
 CASSIE = Path(__file__).resolve().parents[2] / "shared" / "robots" / "cassie.xml"
 

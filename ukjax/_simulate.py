@@ -299,7 +299,7 @@ def simulate(
         raise ValueError("Fixed-step integration (adaptive=False) needs a step size dt0.")
     if adaptive and isinstance(solver, RK4):
         raise ValueError("ukjax.RK4 has no error estimate: use it with adaptive=False and dt0.")
-    solution = _simulate(
+    arguments = (
         system,
         q0,
         qd0,
@@ -315,6 +315,17 @@ def simulate(
         diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
         diffrax.NoProgressMeter() if progress_meter is None else progress_meter,
     )
+    try:
+        solution = _simulate(*arguments)
+    except TypeError as error:
+        if "forward-mode autodiff" not in str(error):
+            raise
+        raise TypeError(
+            "jax.jacfwd, jax.jvp or jax.hessian reached simulate, whose default adjoint "
+            "(diffrax.RecursiveCheckpointAdjoint) is reverse mode only: pass "
+            "adjoint=diffrax.ForwardMode() for forward-mode derivatives (the cheaper route for few "
+            "parameters and many outputs; see 'Fitting and derivatives' on the documentation site)."
+        ) from None
     # Outside the simulation's program, so that a run with `throw` and one without share it:
     # in the caller's program where `simulate` is traced, in Python where it ran.
     if throw and isinstance(solution.status, jax.core.Tracer):
