@@ -452,7 +452,7 @@ def main(argv: list[str] | None = None) -> None:
     def command(name, help):
         return commands.add_parser(name, help=help, description=help, formatter_class=formatter)
 
-    p = command("scara", "the SCARA arm of Xu & Liu (2017) with and without Baumgarte stabilization (~40 s)")
+    p = command("scara", "the SCARA arm of Xu & Liu (2017) with and without Baumgarte stabilization (about 25 s on 2 cores)")
     p.add_argument("--t1", type=_duration, default=20.0, help="final time [s]")
     p.add_argument("--saves", type=_count, default=401, help="number of saved times")
     p.add_argument("--alpha", type=float, default=0.5, help="Baumgarte α (the paper's value)")

@@ -119,6 +119,13 @@ def _unsupported(mjm) -> list[str]:
     ]
     if tendon_extras:
         found.append(f"tendon {', '.join(tendon_extras)}")
+    branched = [_name(mjm, mujoco.mjtObj.mjOBJ_TENDON, t, "tendon") for t in _branched_armature(mjm)]
+    if branched:
+        found.append(
+            f"armature of tendons coupling joints in different branches ({', '.join(branched)}): added in full "
+            "as a cᵀc, as the kinetic energy gives it, where MuJoCo keeps only the pairs of a joint and its "
+            "ancestors, so M and q̈ differ from MuJoCo's"
+        )
     if np.any(mjm.body_gravcomp) and not _disabled(mjm, "GRAVITY"):
         found.append("gravity compensation")
     sprung = [
@@ -159,6 +166,28 @@ def _fixed(mjm, tendon: int) -> bool:
     )
 
 
+def _branched_armature(mjm) -> list[int]:
+    """The fixed tendons with armature whose joints are not all on one chain of ancestors
+    (MuJoCo adds their armature to `M` only between a degree of freedom and its ancestors)."""
+
+    def ancestors(dof: int) -> set[int]:
+        out = set()
+        while dof >= 0:
+            out.add(dof)
+            dof = int(mjm.dof_parentid[dof])
+        return out
+
+    found = []
+    for t in range(mjm.ntendon):
+        if not (mjm.tendon_armature[t] and _fixed(mjm, t)):
+            continue
+        wraps = range(mjm.tendon_adr[t], mjm.tendon_adr[t] + mjm.tendon_num[t])
+        dofs = [int(mjm.jnt_dofadr[mjm.wrap_objid[w]]) for w in wraps if mjm.wrap_prm[w]]
+        if any(a not in ancestors(b) and b not in ancestors(a) for a in dofs for b in dofs):
+            found.append(t)
+    return found
+
+
 def _tendons(mjm) -> dict:
     """The fixed tendons' arguments of `RigidBodyTree` (coefficients per coordinate, passive
     parameters as the file's flags leave them)."""
@@ -196,7 +225,10 @@ def _actuation(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple[np.ndarray |
     targets, gear, gain, bias, others = [], np.zeros(mjm.nu), np.zeros((mjm.nu, 3)), np.zeros((mjm.nu, 3)), []
     for a in range(mjm.nu):
         trn, target = int(mjm.actuator_trntype[a]), int(mjm.actuator_trnid[a, 0])
-        joint = trn == int(mujoco.mjtTrn.mjTRN_JOINT) and _KINDS[int(mjm.jnt_type[target])] in ("hinge", "slide")
+        # on a hinge or a slide, MuJoCo applies a joint-in-parent transmission as a joint one
+        joint = trn in (int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_JOINTINPARENT)) and _KINDS[
+            int(mjm.jnt_type[target])
+        ] in ("hinge", "slide")
         tendon = trn == int(mujoco.mjtTrn.mjTRN_TENDON) and _fixed(mjm, target)
         gaintype, biastype = int(mjm.actuator_gaintype[a]), int(mjm.actuator_biastype[a])
         supported = (
@@ -251,19 +283,26 @@ def _constraints(mjm, tree: RigidBodyTree) -> tuple:
         kind, data = mujoco.mjtEq(int(mjm.eq_type[i])), mjm.eq_data[i]
         one, two = int(mjm.eq_obj1id[i]), int(mjm.eq_obj2id[i])
         label = _name(mjm, mujoco.mjtObj.mjOBJ_EQUALITY, i, "equality")
-        if kind in (mujoco.mjtEq.mjEQ_CONNECT, mujoco.mjtEq.mjEQ_WELD) and mjm.eq_objtype[i] == int(
-            mujoco.mjtObj.mjOBJ_SITE
-        ):
-            if kind == mujoco.mjtEq.mjEQ_WELD:
-                raise ValueError(
-                    f"Equality {label!r}: a weld between sites is not supported; weld the bodies instead."
-                )
+        sites = mjm.eq_objtype[i] == int(mujoco.mjtObj.mjOBJ_SITE)
+        if kind == mujoco.mjtEq.mjEQ_CONNECT and sites:
             site1, site2 = (tree.site(_name(mjm, mujoco.mjtObj.mjOBJ_SITE, s, "site")) for s in (one, two))
             out.append(Connect(tree, *site1, *site2))
         elif kind == mujoco.mjtEq.mjEQ_CONNECT:
             out.append(Connect(tree, body(one), data[0:3], body(two), data[3:6]))
         elif kind == mujoco.mjtEq.mjEQ_WELD:
-            out.append(Weld(tree, body(one), body(two), data[0:3], data[3:6], _rotation(data[6:10])))
+            if sites:
+                # the two sites' frames coincide: a body weld with the sites' frames folded in
+                (body1, at1), (body2, at2) = (tree.site(_name(mjm, mujoco.mjtObj.mjOBJ_SITE, s, "site")) for s in (one, two))
+                anchor, position = at2, at1
+                rotation = _rotation(mjm.site_quat[one]) @ _rotation(mjm.site_quat[two]).T
+            else:
+                body1, body2 = body(one), body(two)
+                anchor, position, rotation = data[0:3], data[3:6], _rotation(data[6:10])
+            if data[10] == 0:
+                # torquescale 0: MuJoCo's rotation rows vanish, the anchor alone is held
+                out.append(Connect(tree, body1, position, body2, anchor))
+            else:
+                out.append(Weld(tree, body1, body2, anchor, position, rotation))
         elif kind == mujoco.mjtEq.mjEQ_JOINT:
             joint = lambda j: _name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint")
             out.append(JointCoupling(tree, joint(one), None if two < 0 else joint(two), data[0:5]))
@@ -388,13 +427,17 @@ def from_mjcf(source: str | os.PathLike, *, keyframe: str | int | None = None) -
 
     The body tree becomes a [`ukjax.models.RigidBodyTree`][] (hinge, slide, ball and free
     joints, quaternions kept as MuJoCo writes them; masses, inertial frames, armature, damping,
-    springs, fixed tendons, gravity), the file's `connect`, `weld`, `joint` and `tendon`
-    equalities become exact constraints ([`ukjax.models.Connect`][], [`ukjax.models.Weld`][],
+    springs, fixed tendons, gravity), the file's `connect`, `weld` (between bodies or sites; with
+    `torquescale="0"` the anchor point alone, as in MuJoCo), `joint` and `tendon` equalities
+    become exact constraints ([`ukjax.models.Connect`][], [`ukjax.models.Weld`][],
     [`ukjax.models.JointCoupling`][], [`ukjax.models.TendonCoupling`][]), its actuators
     [`ukjax.models.Actuators`][] (and its plain joint motors the actuation matrix). The file's
     `<option>` flags are honoured, and a start that violates the equalities is projected onto
     them. What the tree does not model (contacts, joint limits, spatial tendons, soft
-    constraint parameters, activation dynamics) is named in one warning.
+    constraint parameters, activation dynamics) is named in one warning, and so is the one
+    place where ukjax is exact and MuJoCo is not: a fixed tendon's `armature` coupling joints in
+    different branches enters `M` in full here (`a cᵀc`, what the kinetic energy gives), where
+    MuJoCo keeps only the pairs of a joint and its ancestors.
 
     **Arguments:**
 
