@@ -17,28 +17,41 @@ from ukjax import models
 ROOT = Path(__file__).parent.parent
 
 
-def _drawn(fig, member=0):
-    """(links, points, gaps) of a batch member as drawn in the figure's last frame."""
-    lines = fig.axes[0].lines[3 * member : 3 * member + 3]
-    data = [np.stack(line.get_data_3d() if hasattr(line, "get_data_3d") else line.get_data(), axis=1) for line in lines]
-    return [d[np.all(np.isfinite(d), axis=1)] for d in data]
+def _data(line):
+    data = np.stack(line.get_data_3d() if hasattr(line, "get_data_3d") else line.get_data(), axis=1)
+    return data[np.all(np.isfinite(data), axis=1)]
+
+
+def _drawn(fig, member=0, members=1):
+    """(links, points, gaps) of a batch member as drawn in the figure's last frame: a line per
+    part of the links, then the points, then the gaps."""
+    lines = fig.axes[0].lines
+    per = len(lines) // members
+    mine = lines[per * member : per * (member + 1)]
+    return [np.concatenate([_data(line) for line in mine[:-2]]), _data(mine[-2]), _data(mine[-1])]
 
 
 def test_a_tree_with_its_loop(tmp_path):
-    """The four-bar file: 3D stick figure with its closure's gap; the last frame's points
-    are the bodies' origins at the last time."""
+    """The four-bar file (planar in x–z, written in 3D): drawn in 2D in its plane, with its
+    closure's gap and its ground link, its parts in different colours; the last frame's
+    points are the bodies' origins at the last time; the title's violation has its unit."""
     model = models.from_mjcf(ROOT / "examples" / "fourbar.xml", keyframe="swinging")
     robot = ukjax.ConstrainedSystem(model.system, model.constraints)
     sol = ukjax.simulate(robot, model.q0, model.qd0, 0.0, 0.5, ts=jnp.linspace(0.0, 0.5, 11))
     path = tmp_path / "fourbar.gif"
-    fig = ukjax.animate(robot, sol, path, every=2)
+    fig = ukjax.animate(robot, sol, path, every=2, violation={"loop closure": ([0, 1, 2], "m")})
     assert Image.open(path).n_frames == 6  # saves 0, 2, …, 10
-    _, points, gaps = _drawn(fig)
+    assert fig.axes[0].name == "rectilinear" and fig.axes[0].get_ylabel() == "z [m]"
+    links, points, gaps = _drawn(fig)
     origins = np.asarray(eqx.filter_jit(lambda tree, q: tree.kinematics(q).positions)(model.system, sol.q[-1]))
-    np.testing.assert_allclose(points[: len(origins)], origins, atol=1e-12)
+    np.testing.assert_allclose(points[: len(origins)], origins[:, [0, 2]], atol=1e-12)
     # the connect's two anchors coincide: the gap is a zero-length segment
-    assert gaps.shape == (2, 3) and np.linalg.norm(gaps[0] - gaps[1]) < 1e-8
-    assert "largest violation" in fig.axes[0].get_title()
+    assert gaps.shape == (2, 2) and np.linalg.norm(gaps[0] - gaps[1]) < 1e-8
+    # the ground link joins the two fixed pivots, (0, 0) and (0.4, 0)
+    assert any(np.allclose(l, [[0.0, 0.0], [0.4, 0.0]], atol=1e-12) for l in np.split(links, len(links) // 2))
+    colours = {line.get_color() for line in fig.axes[0].lines[:-2]}
+    assert len(colours) == len(fig.axes[0].lines) - 2 >= 3  # the crank's branch, the ground, the loop
+    assert "loop closure" in fig.axes[0].get_title() and fig.axes[0].get_title().endswith(" m")
 
 
 def test_a_planar_chain_batch_overlaid(tmp_path):
@@ -49,13 +62,13 @@ def test_a_planar_chain_batch_overlaid(tmp_path):
     fig = ukjax.animate(chain, sol, tmp_path / "chains.gif")
     assert len(fig.axes[0].lines) == 3 * 3 and Image.open(tmp_path / "chains.gif").n_frames == 4
     for member in range(3):
-        links, points, gaps = _drawn(fig, member)
+        links, points, gaps = _drawn(fig, member, members=3)
         np.testing.assert_allclose(points, chain.joint_positions(sol.q[member, -1]), atol=1e-12)
         assert links.shape == (4, 2) and gaps.shape == (0, 2)
 
 
 def test_a_composed_system_draws_its_parts(tmp_path):
-    """Seed 000's parallel robot: three floating two-link chains composed, bases fixed and
+    """The parallel-robot paper's robot: three floating two-link chains composed, bases fixed and
     ends joined by point constraints; every chain's joints and every gap drawn."""
     model = models.parallel_2dof()
     robot = ukjax.ConstrainedSystem(model.system, model.constraints)

@@ -2,6 +2,7 @@
 of solutions."""
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import equinox as eqx
@@ -24,21 +25,27 @@ class Sketch(eqx.Module):
     - `links`: segments, shape (l, 2, d).
     - `points`: points, shape (k, d).
     - `gaps`: segments, shape (g, 2, d) (default none).
+    - `parts`: the part each link belongs to, one integer per link (default all 0); an
+      animation of one solution draws each part in its own colour. [`ukjax.animate`][]'s
+      joined drawings (a composed system, a path a constraint draws) number their parts apart.
     """
 
     links: Float[Array, "*batch l 2 d"]
     points: Float[Array, "*batch k d"]
     gaps: Float[Array, "*batch g 2 d"]
+    parts: tuple[int, ...] = eqx.field(static=True)
 
     def __init__(
         self,
         links: Float[ArrayLike, "l 2 d"],
         points: Float[ArrayLike, "k d"],
         gaps: Float[ArrayLike, "g 2 d"] | None = None,
+        parts: Sequence[int] | None = None,
     ):
         self.links, self.points = jnp.asarray(links), jnp.asarray(points)
         d = self.points.shape[-1]
         self.gaps = jnp.zeros((0, 2, d), self.points.dtype) if gaps is None else jnp.asarray(gaps)
+        self.parts = (0,) * self.links.shape[-3] if parts is None else tuple(int(k) for k in parts)
 
     def __check_init__(self):
         d = self.points.shape[-1]
@@ -46,6 +53,11 @@ class Sketch(eqx.Module):
             raise ValueError(
                 "A Sketch needs links (l, 2, d), points (k, d) and gaps (g, 2, d) with d = 2 or 3; got "
                 f"{self.links.shape}, {self.points.shape}, {self.gaps.shape}."
+            )
+        if len(self.parts) != self.links.shape[-3] or any(k < 0 for k in self.parts):
+            raise ValueError(
+                f"A Sketch needs one non-negative part number per link: {self.links.shape[-3]} links, "
+                f"parts {self.parts}."
             )
 
     @property
@@ -55,15 +67,21 @@ class Sketch(eqx.Module):
 
 
 def join(*sketches: Sketch | None) -> Sketch:
-    """One sketch of several parts (None entries skipped); 2D parts are drawn in the `z = 0`
-    plane when any part is 3D."""
+    """One sketch of several (None entries skipped), each keeping its parts, numbered after
+    those of the sketches before it; 2D sketches are drawn in the `z = 0` plane when any is
+    3D."""
     sketches = [s for s in sketches if s is not None]
     d = max(s.dimension for s in sketches)
 
     def lift(x):
         return jnp.concatenate([x, jnp.zeros(x.shape[:-1] + (d - x.shape[-1],), x.dtype)], axis=-1)
 
-    return Sketch(*(jnp.concatenate([lift(getattr(s, f)) for s in sketches]) for f in ("links", "points", "gaps")))
+    parts, first = [], 0
+    for s in sketches:
+        parts += [first + k for k in s.parts]
+        first += max(s.parts, default=-1) + 1
+    arrays = (jnp.concatenate([lift(getattr(s, f)) for s in sketches]) for f in ("links", "points", "gaps"))
+    return Sketch(*arrays, parts=parts)
 
 
 def _polyline(segments: np.ndarray) -> np.ndarray:
@@ -72,13 +90,22 @@ def _polyline(segments: np.ndarray) -> np.ndarray:
     return np.concatenate([segments, breaks], axis=-2).reshape(segments.shape[:-3] + (-1, segments.shape[-1]))
 
 
-def animate(system, sol, path: str | Path, *, fps: int = 30, every: int = 1):
+def animate(
+    system,
+    sol,
+    path: str | Path,
+    *,
+    fps: int = 30,
+    every: int = 1,
+    violation: dict[str, tuple[Sequence[int], str]] | None = None,
+):
     """Write an animation of a solution: each saved time `sol.ts` (every `every`-th) is one
-    frame of the system's stick figure (its `sketch`), a batch's members overlaid in
-    different colours, the time and the largest constraint violation in the title. Unfinished
-    members' frames (non-finite states) are left blank; the others are drawn. The axes stay
-    fixed, unless the mechanism travels beyond twice its own size (a robot falling or
-    flying): then the view follows it.
+    frame of the system's stick figure (its `sketch`), the time and the constraint violation
+    in the title. One solution is drawn with each part of its sketch in its own colour; a
+    batch's members are overlaid, each in its own colour. Unfinished members' frames
+    (non-finite states) are left blank; the others are drawn. A mechanism that stays in one
+    plane is drawn in 2D, in that plane. The axes stay fixed, unless the mechanism travels
+    beyond twice its own size (a robot falling or flying): then the view follows it.
 
     **Arguments:**
 
@@ -88,6 +115,10 @@ def animate(system, sol, path: str | Path, *, fps: int = 30, every: int = 1):
     - `path`: the file: `.gif` (matplotlib's Pillow writer), or `.mp4` where ffmpeg is on the
       machine.
     - `fps`: frames per second; `every`: draw every `every`-th saved time.
+    - `violation`: which rows of `sol.phi` the title reports, as `{label: (rows, unit)}`
+      (e.g. `{"tool position": ([0, 1, 3], "m"), "orientation": ([2], "rad")}`), so that rows
+      of different units are not mixed; default: the largest `|Φ|` of all rows, said to be
+      in the rows' own units.
 
     **Returns:**
 
@@ -119,20 +150,14 @@ def animate(system, sol, path: str | Path, *, fps: int = 30, every: int = 1):
         np.where(blank[(...,) + (None,) * (x.ndim - 2)], np.nan, np.asarray(x))
         for x in (sketches.links, sketches.points, sketches.gaps)
     )
-    phi = getattr(sol, "phi", None)
-    closure = None
-    if phi is not None and phi.shape[-1] > 0:
-        phi = np.abs(np.asarray(phi if batched else phi[None])[:, ::every])
-        closure = np.nanmax(np.where(np.isfinite(phi), phi, np.nan), axis=(0, 2), initial=0.0)
+    titles = _violation_titles(sol, batched, every, violation)
 
-    d = sketches.dimension
-    fig = Figure(figsize=(6, 6), dpi=100)
-    ax = fig.add_subplot(projection="3d" if d == 3 else None)
     # every drawn point per frame: (frames, members × points, d)
-    frames = q.shape[1]
-    everything = np.concatenate(
-        [x.swapaxes(0, 1).reshape(frames, -1, d) for x in (links, points, gaps)], axis=1
-    )
+    frames, d = q.shape[1], sketches.dimension
+    everything = np.concatenate([x.swapaxes(0, 1).reshape(frames, -1, d) for x in (links, points, gaps)], axis=1)
+    axes_drawn = _plane(everything) if d == 3 else [0, 1]
+    links, points, gaps, everything = (x[..., axes_drawn] for x in (links, points, gaps, everything))
+    d = len(axes_drawn)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # all-NaN frames (nothing finished) stay NaN
         low, high = np.nanmin(everything, axis=1), np.nanmax(everything, axis=1)
@@ -146,43 +171,55 @@ def animate(system, sol, path: str | Path, *, fps: int = 30, every: int = 1):
     if not follow:
         half = max(float(np.max(span)) / 2, 1e-3) * 1.05
 
+    fig = Figure(figsize=(6, 6), dpi=100)
+    ax = fig.add_subplot(projection="3d" if d == 3 else None)
+    names = ["xyz"[k] for k in axes_drawn]
+
     def view(frame):
         centre = centres[frame] if follow and np.all(np.isfinite(centres[frame])) else fixed
-        for axis, c in zip("xyz", centre):
-            getattr(ax, f"set_{axis}lim")(c - half, c + half)
+        for setter, c in zip(("set_xlim", "set_ylim", "set_zlim"), centre):
+            getattr(ax, setter)(c - half, c + half)
 
-    for axis in "xyz"[:d]:
-        getattr(ax, f"set_{axis}label")(axis)
+    for setter, name in zip(("set_xlabel", "set_ylabel", "set_zlabel"), names):
+        getattr(ax, setter)(f"{name} [m]")
     if d == 3:
         ax.set_box_aspect((1, 1, 1))
     else:
         ax.set_aspect("equal")
-    colours = [f"C{i % 10}" for i in range(q.shape[0])]
-    artists = [
-        (
-            ax.plot(*[[]] * d, "-", color=colour, lw=2)[0],
-            ax.plot(*[[]] * d, "o", color=colour, ms=4)[0],
-            ax.plot(*[[]] * d, "-", color="red", lw=2)[0],
+    parts = np.asarray(sketches.parts, dtype=int)
+    # one solution: a colour per part; a batch: a colour per member, all its parts alike
+    groups = [parts == k for k in sorted(set(parts.tolist()))]
+    members = []
+    for member in range(q.shape[0]):
+        colours = [f"C{member % 10}"] * len(groups) if batched else [f"C{k % 10}" for k in range(len(groups))]
+        members.append(
+            (
+                [(group, ax.plot(*[[]] * d, "-", color=c, lw=2)[0]) for group, c in zip(groups, colours)],
+                ax.plot(*[[]] * d, "o", color=f"C{member % 10}" if batched else "0.25", ms=4)[0],
+                ax.plot(*[[]] * d, "-", color="red", lw=2)[0],
+            )
         )
-        for colour in colours
-    ]
     title = ax.set_title("")
     times = np.asarray(ts)
 
+    def put(line, data):
+        if d == 3:
+            line.set_data_3d(*data.T)
+        else:
+            line.set_data(*data.T)
+
     def draw(frame):
         view(frame)
-        for member, lines in enumerate(artists):
-            for line, data in zip(lines, (_polyline(links[member, frame]), points[member, frame], _polyline(gaps[member, frame]))):
-                if d == 3:
-                    line.set_data_3d(*data.T)
-                else:
-                    line.set_data(*data.T)
+        for member, (by_part, dots, gap) in enumerate(members):
+            for group, line in by_part:
+                put(line, _polyline(links[member, frame][group]))
+            put(dots, points[member, frame])
+            put(gap, _polyline(gaps[member, frame]))
         t = times[:, frame][np.isfinite(times[:, frame])]
         text = f"t = {t.max():.3f} s" if t.size else "unfinished"
-        if closure is not None:
-            text += f"   largest violation {closure[frame]:.1e}"
-        title.set_text(text)
-        return [line for lines in artists for line in lines] + [title]
+        title.set_text("\n".join([text] + [line(frame) for line in titles]))
+        artists = [line for by_part, dots, gap in members for _, line in by_part]
+        return artists + [dots for _, dots, _ in members] + [gap for _, _, gap in members] + [title]
 
     anim = animation.FuncAnimation(fig, draw, frames=frames, blit=False)
     writer = animation.PillowWriter(fps=fps) if path.suffix == ".gif" else animation.FFMpegWriter(fps=fps)
@@ -190,3 +227,38 @@ def animate(system, sol, path: str | Path, *, fps: int = 30, every: int = 1):
     draw(frames - 1)
     return fig
 
+
+def _plane(everything: np.ndarray) -> list[int]:
+    """The axes to draw: two where every point of every frame lies in a plane normal to the
+    third (a planar mechanism written in 3D), else all three."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        span = np.nanmax(everything, axis=(0, 1)) - np.nanmin(everything, axis=(0, 1))
+    if not np.all(np.isfinite(span)):
+        return [0, 1, 2]
+    flat = int(np.argmin(span))
+    if span[flat] > 1e-9 * max(float(np.max(span)), 1e-12):
+        return [0, 1, 2]
+    return [k for k in range(3) if k != flat]
+
+
+def _violation_titles(sol, batched: bool, every: int, violation) -> list:
+    """One function per line of the title, frame → text, for the rows `violation` names."""
+    phi = getattr(sol, "phi", None)
+    if phi is None or phi.shape[-1] == 0:
+        return []
+    phi = np.abs(np.asarray(phi if batched else phi[None])[:, ::every])
+    phi = np.where(np.isfinite(phi), phi, np.nan)
+    groups = violation if violation is not None else {"largest |Φ|": (range(phi.shape[-1]), "in the rows' own units")}
+    lines = []
+    for label, (rows, unit) in groups.items():
+        rows = np.asarray(list(rows), dtype=int)
+        if rows.size == 0:
+            continue
+        if rows.min() < 0 or rows.max() >= phi.shape[-1]:
+            raise ValueError(f"violation[{label!r}] names rows {rows.tolist()}; sol.phi has {phi.shape[-1]}.")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # frames that no member finished
+            largest = np.nanmax(phi[..., rows], axis=(0, 2), initial=0.0)
+        lines.append(lambda frame, label=label, unit=unit, largest=largest: f"{label} {largest[frame]:.1e} {unit}")
+    return lines

@@ -312,7 +312,7 @@ def peer(case: str, simulator: str, run, *args):
         return run(*args)
     except ImportError as error:
         print(f"{case:30s} ({simulator} left out: {error}; pip install -e '.[bench]')")
-    except Exception as error:  # the peer's own failure leaves the comparison standing
+    except Exception as error:  # noqa: BLE001 (the peer's own failure leaves the comparison standing)
         reason = (str(error).strip().splitlines() or [""])[0][:160]
         print(f"{case:30s} ({simulator} left out: it failed on this model, {type(error).__name__}: {reason})")
     return None

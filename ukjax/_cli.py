@@ -32,13 +32,43 @@ def _stage(what: str):
     print(f"  done in {time.perf_counter() - start:.1f} s", flush=True)
 
 
-def _animation(system, sol, path) -> None:
-    """Write `sol` of `system` as an animation of at most ~120 frames, and say where."""
+def _animation(system, sol, path, violation: dict) -> None:
+    """Write `sol` of `system` as an animation of at most ~120 frames, its title reporting the
+    rows of `violation` (`animate`'s), and say where."""
     import ukjax
 
     every = max(1, sol.ts.shape[0] // 120)
     with _stage(f"writing the animation {path} ({-(-sol.ts.shape[0] // every)} frames)"):
-        ukjax.animate(system, sol, path, fps=20, every=every)
+        ukjax.animate(system, sol, path, fps=20, every=every, violation=violation)
+
+
+def _row_units(tree, constraints, norms: int) -> dict[str, tuple[list[int], str]]:
+    """The rows of `sol.phi` for an imported model grouped by unit (`animate`'s `violation`):
+    quaternion norms first, then each equality's rows."""
+    from ukjax import models
+
+    groups: dict[str, tuple[list[int], str]] = {}
+    row = norms
+
+    def add(label, count, unit):
+        nonlocal row
+        groups.setdefault(label, ([], unit))[0].extend(range(row, row + count))
+        row += count
+
+    if norms:
+        groups["quaternion norms"] = (list(range(norms)), "(|u|² − 1)")
+    for c in constraints:
+        if isinstance(c, models.Connect):
+            add("loop closure", 3, "m")
+        elif isinstance(c, models.Weld):
+            add("loop closure", 3, "m")
+            add("weld rotation", 3, "(sin θ/2)")
+        elif isinstance(c, models.JointCoupling):
+            hinge = tree.joint_kinds[tree.joint_names.index(c.joint1)] == "hinge"
+            add("hinge coupling" if hinge else "slide coupling", 1, "rad" if hinge else "m")
+        else:
+            add("tendon coupling", 1, "(tendon length)")
+    return groups
 
 
 def _check_success(sol, what: str) -> None:
@@ -151,7 +181,10 @@ def _scara(args: argparse.Namespace) -> None:
     fig.suptitle("SCARA arm under trajectory constraints (the SCARA paper, Xu & Liu 2017), ukjax")
     fig.savefig(args.out, dpi=120)
     print(f"plot written to {args.out}")
-    _animation(system, sol, Path(args.out).with_suffix(".gif"))  # the stabilized run
+    # the stabilized run; rows x, y, orientation, z
+    _animation(
+        system, sol, Path(args.out).with_suffix(".gif"), {"tool position": ([0, 1, 3], "m"), "orientation": ([2], "rad")}
+    )
 
 
 def _coordinated(args: argparse.Namespace) -> None:
@@ -223,7 +256,12 @@ def _coordinated(args: argparse.Namespace) -> None:
     fig.savefig(args.out, dpi=120)
     print(f"plot written to {args.out}")
     exact = next(iter(controllers))
-    _animation(controllers[exact].closed_loop(), runs[exact], Path(args.out).with_suffix(".gif"))
+    _animation(
+        controllers[exact].closed_loop(),
+        runs[exact],
+        Path(args.out).with_suffix(".gif"),
+        {"load position": ([0, 1], "m"), "load angle": ([2], "rad")},
+    )
 
 
 def _fit(args: argparse.Namespace) -> None:
@@ -354,7 +392,7 @@ def _simulate(args: argparse.Namespace) -> None:
     rows = jax.eval_shape(system.rows, 0.0, model.q0, model.qd0).b.shape[0] if model.constraints else 0
     print(
         f"{args.file}: {len(tree.body_names)} bodies, {len(tree.joint_names)} joints, {len(model.constraints)} "
-        f"equality constraints ({rows} rows), {norms} quaternion norm rows; t ∈ [0, {args.t1:g}] s, Tsit5, "
+        f"constraints ({rows} rows), {norms} quaternion norm rows; t ∈ [0, {args.t1:g}] s, Tsit5, "
         f"rtol=atol={args.tol:g}"
     )
     ts = jnp.linspace(0.0, args.t1, args.saves)
@@ -387,26 +425,21 @@ def _simulate(args: argparse.Namespace) -> None:
         f"  status {status}, {int(sol.stats['num_steps'])} steps, {elapsed:.1f} s with compilation"
         + "".join(f"; {p}" for p in parts)
     )
-    groups = _units(tree)
-    panels = len(groups) + (sol.phi is not None)
+    coordinates = _units(tree)
+    panels = len(coordinates) + (sol.phi is not None)
     fig, axes = plt.subplots(panels, 1, figsize=(10, 3.2 * panels), constrained_layout=True, squeeze=False)
     axes = axes[:, 0]
-    for ax, (unit, index) in zip(axes, groups.items()):
+    for ax, (unit, index) in zip(axes, coordinates.items()):
         for j in index:
             ax.plot(sol.ts, sol.q[:, j], label=tree.coordinate_names[j])
         ax.set(title=unit.split(" [")[0], xlabel="t [s]", ylabel=unit)
         ax.legend(fontsize=7, ncol=6)
+    groups = _row_units(tree, model.constraints, norms)
     if sol.phi is not None:
         ax = axes[-1]
-        if sol.phi.shape[1] > norms:
-            ax.semilogy(sol.ts, jnp.max(jnp.abs(sol.phi[:, norms:]), axis=1) + 1e-17, label="the file's equalities")
-        if norms:
-            ax.semilogy(sol.ts, jnp.max(jnp.abs(sol.phi[:, :norms]), axis=1) + 1e-17, label="quaternion norms |u|² − 1")
-        ax.set(
-            title="largest constraint violation |Φ|",
-            xlabel="t [s]",
-            ylabel="|Φ| [m for points, rad for joints, 1 for norms]",
-        )
+        for label, (rows, unit) in groups.items():
+            ax.semilogy(sol.ts, jnp.max(jnp.abs(sol.phi[:, jnp.array(rows)]), axis=1) + 1e-17, label=f"{label} {unit}")
+        ax.set(title="largest constraint violation |Φ| of each kind", xlabel="t [s]", ylabel="|Φ| (unit in the legend)")
         ax.legend(fontsize=7)
     fig.suptitle(f"{name}: joint coordinates and constraint violation (ukjax)")
     for ax in axes:
@@ -414,7 +447,7 @@ def _simulate(args: argparse.Namespace) -> None:
     fig.savefig(out, dpi=120)
     print(f"plot written to {out}")
     if args.gif:
-        _animation(system, sol, args.gif)
+        _animation(system, sol, args.gif, groups)
     _check_success(sol, f"the simulation of {args.file}")
 
 

@@ -166,9 +166,13 @@ class ScaraTrajectory(AbstractHolonomic):
         return jnp.stack([p[0], p[1], q[0] + q[1] + q[2], p[2]])
 
     def sketch(self, system, t, q):
-        """The tool's gap to the path point it should be at, the path point drawn."""
+        """The path up to `t` (a part of its own), the tool's gap to the path point it should be
+        at, the path point drawn."""
         target = scara_reference(t).astype(q.dtype)
-        return Sketch(jnp.zeros((0, 2, 3), q.dtype), target[None], jnp.stack([self.arm.end_effector(q), target])[None])
+        path = jax.vmap(scara_reference)(t * jnp.linspace(0.0, 1.0, 65, dtype=q.dtype)).astype(q.dtype)
+        return Sketch(
+            jnp.stack([path[:-1], path[1:]], axis=1), target[None], jnp.stack([self.arm.end_effector(q), target])[None]
+        )
 
 
 def scara(arm: ScaraArm | None = None) -> Model:
