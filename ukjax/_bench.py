@@ -291,6 +291,7 @@ def main(
         else:
             print(f"({case.__name__} left out: no {path})")
     for name, system, q0, xml, qpos, ctrl, violation in cases:
+        print(f"{name}: compiling and running ukjax, then MuJoCo ...", flush=True)
         uk_rate, uk_violation, compile_s, failed = run_ukjax(system, q0, args.batch, args.steps)
         mj_rate, mj_violation = run_mujoco(xml, qpos, ctrl, args.batch, args.steps, violation)
         rows = [("ukjax", uk_rate, uk_violation), ("mujoco", mj_rate, mj_violation)]

@@ -418,7 +418,7 @@ def _simulate(args: argparse.Namespace) -> None:
     if sol.phi is not None:
         closure = sol.phi[:, norms:]
         if closure.shape[1]:
-            parts.append(f"largest constraint violation {float(jnp.nanmax(jnp.abs(closure))):.2e}")
+            parts.append(f"max constraint violation {float(jnp.nanmax(jnp.abs(closure))):.2e}")
         if norms:
             parts.append(f"quaternion norm error {float(jnp.nanmax(jnp.abs(sol.phi[:, :norms]))):.2e}")
     print(
