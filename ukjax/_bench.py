@@ -19,7 +19,7 @@ distance over the run (MuJoCo: every step, from sensors, or for the gripper and 
 equality rows at every 10th step of 32 members; ukjax: every 10th step, `sol.phi`, Cassie's quaternion norms
 included).
 
-    ukjax bench [--batch 256] [--steps 200] [--mjx-batch 0]       (a few minutes)
+    ukjax bench [--batch 256] [--steps 200] [--mjx-batch 0]       (about a minute on 2 cores)
     python benchmarks/throughput.py [--batch 2048] [--steps 1000] [--mjx-batch 256]
 
 Last line: `throughput ratio ukjax/mujoco R (case) violation ukjax V1 mujoco V2 (case) ukjax
