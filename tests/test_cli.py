@@ -6,6 +6,7 @@ Cassie, with its errors and exit statuses."""
 import re
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 import ukjax
@@ -78,6 +79,7 @@ def test_simulate_a_free_joint_model(tmp_path, capsys, monkeypatch):
     assert Image.open(tmp_path / "box.gif").n_frames == 5
 
 
+@pytest.mark.xdist_group("cassie")  # beside tests/test_cassie.py: the import's programs are compiled there
 def test_simulate_cassie_as_the_readme_writes_it(tmp_path, capsys, monkeypatch):
     """The README's Cassie command, at a short horizon: it runs (it crashed), its loops stay
     closed and the files are named as asked."""

@@ -17,6 +17,9 @@ import pytest
 
 from ukjax import models
 
+# one worker for the module: the seeds' files share one structure, so its programs compile once
+pytestmark = pytest.mark.xdist_group("random_mjcf")
+
 
 def _vector(rng, size, scale=1.0):
     return " ".join(f"{x:.6f}" for x in scale * rng.normal(size=size))
@@ -28,9 +31,11 @@ def _quaternion(rng):
 
 
 def random_mjcf(seed: int) -> str:
-    """A chain with a branch: a free root, then hinge, slide and ball joints in random order."""
+    """A chain with a branch below a free root: hinge, ball and slide joints, every frame,
+    inertia, axis, anchor, gain and coefficient random."""
     rng = np.random.default_rng(seed)
-    kinds = rng.permutation(["hinge", "slide", "ball", "hinge"])
+    # one structure for every seed (the values differ): the seeds share their compiled programs
+    kinds = ["hinge", "ball", "slide", "hinge"]
 
     def body(k, inner=""):
         joint = f'<joint name="j{k}" type="{kinds[k]}" axis="{_vector(rng, 3)}" pos="{_vector(rng, 3, 0.1)}"'

@@ -3,6 +3,7 @@
 from . import examples as examples, models as models
 from ._animate import Sketch as Sketch, animate as animate
 from ._batch import simulate_batch as simulate_batch
+from ._composed import ComposedSystem as ComposedSystem
 from ._constraints import (
     AbstractConstraint as AbstractConstraint,
     AbstractHolonomic as AbstractHolonomic,
@@ -20,16 +21,12 @@ from ._core import (
     constraint_force as constraint_force,
     udwadia_kalaba as udwadia_kalaba,
 )
-from ._fit import (
-    FitResult as FitResult,
-    LeastSquaresResult as LeastSquaresResult,
+from ._fit import FitResult as FitResult, fit as fit, fit_least_squares as fit_least_squares
+from ._projection import Projection as Projection
+from ._residuals import (
     MultipleShooting as MultipleShooting,
-    fit as fit,
-    fit_least_squares as fit_least_squares,
-    real_stability_limit as real_stability_limit,
     torque_residuals as torque_residuals,
     trajectory_residuals as trajectory_residuals,
-    tune_baumgarte as tune_baumgarte,
 )
 from ._simulate import (
     RK4 as RK4,
@@ -38,17 +35,17 @@ from ._simulate import (
     simulate as simulate,
     stiff_solver as stiff_solver,
 )
+from ._statistics import LeastSquaresResult as LeastSquaresResult
 from ._systems import (
     AbstractSystem as AbstractSystem,
     AbstractUnconstrainedSystem as AbstractUnconstrainedSystem,
-    ComposedSystem as ComposedSystem,
     ConstrainedSystem as ConstrainedSystem,
     ConstraintLevel as ConstraintLevel,
     Dynamics as Dynamics,
     ExplicitSystem as ExplicitSystem,
     Forced as Forced,
     LagrangianSystem as LagrangianSystem,
-    Projection as Projection,
 )
+from ._tuning import real_stability_limit as real_stability_limit, tune_baumgarte as tune_baumgarte
 
 __version__ = "0.1.0"

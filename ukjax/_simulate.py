@@ -13,7 +13,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float, Int, Real
 
-from ._constraints import as_inexact
+from ._arrays import as_inexact
 from ._core import sqrt_eps
 from ._jit import jit
 from ._systems import AbstractSystem, check_state

@@ -10,21 +10,13 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
-import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float, Int, Real
+from jaxtyping import Array, ArrayLike, Float, Real
 
 from ._animate import Sketch, join
-from ._constraints import (
-    AbstractConstraint,
-    Baumgarte,
-    ConstraintRows,
-    as_inexact,
-    stack_rows,
-    value_and_jacfwd,
-)
+from ._arrays import as_inexact
+from ._constraints import AbstractConstraint, Baumgarte, ConstraintRows, stack_rows
 from ._core import Method, UKSolution, check_method, check_shapes, free_solve, uk_solve
-from ._jit import jit
+from ._projection import Projection, project
 
 Time = Real[ArrayLike, ""]
 Coordinates = Float[Array, " n"]
@@ -288,7 +280,7 @@ class LagrangianSystem(AbstractUnconstrainedSystem):
         return Q
 
 
-def _merge(levels: Sequence[ConstraintLevel], method: Method) -> ConstraintLevel:
+def merge(levels: Sequence[ConstraintLevel], method: Method) -> ConstraintLevel:
     """Several levels as one: rows stacked, non-ideal terms added."""
     rows = jax.tree.map(lambda *xs: jnp.concatenate(xs), *(level.rows for level in levels))
     nonideal = [level.nonideal for level in levels if level.nonideal is not None]
@@ -385,7 +377,7 @@ class ConstrainedSystem(AbstractSystem):
         own = ConstraintLevel(self.rows(t, q, qd), c, self.method)
         if self.sequential or not inner:
             return inner + (own,)
-        return inner[:-1] + (_merge([inner[-1], own], self.method),)
+        return inner[:-1] + (merge([inner[-1], own], self.method),)
 
     def constraint_levels(self, t, q, qd):
         return self._with_own(self.system.constraint_levels(t, q, qd), t, q, qd)
@@ -396,7 +388,7 @@ class ConstrainedSystem(AbstractSystem):
 
     def project(
         self, t: Time, q: Coordinates, qd: Coordinates, *, tol: float | None = None, max_steps: int = 64
-    ) -> "Projection":
+    ) -> Projection:
         """The nearest consistent state: `q` moved onto `Φ = 0` by minimum-norm Gauss–Newton
         steps with a backtracking line search on `‖Φ‖²`, then `q̇` onto `Φ̇ = 0` (and `ψ = 0`)
         by a minimum-norm correction, for every constraint of the system tree. Use it to start
@@ -423,7 +415,7 @@ class ConstrainedSystem(AbstractSystem):
         q = as_inexact(q)
         qd = qd.astype(q.dtype)
         tol = float(jnp.finfo(q.dtype).eps) ** 0.75 if tol is None else tol
-        result = _project(self, t, q, qd, jnp.asarray(tol, q.dtype), max_steps)
+        result = project(self, t, q, qd, jnp.asarray(tol, q.dtype), max_steps)
         if not isinstance(result.success, jax.core.Tracer) and not bool(result.success):
             warnings.warn(
                 f"ConstrainedSystem.project missed its tolerance {tol:.1e}: after {int(result.steps)} "
@@ -434,75 +426,6 @@ class ConstrainedSystem(AbstractSystem):
                 stacklevel=2,
             )
         return result
-
-
-class Projection(eqx.Module):
-    """The result of [`ukjax.ConstrainedSystem.project`][].
-
-    **Attributes:**
-
-    - `q`, `qd`: the projected state, shape (n,).
-    - `phi`, `phid`: the constraint residuals left there, shape (p,) (as `violation` gives).
-    - `steps`: the Gauss–Newton steps taken.
-    - `success`: whether `|Φ|` and `|Φ̇|` are within the tolerance everywhere.
-    """
-
-    q: Float[Array, " n"]
-    qd: Float[Array, " n"]
-    phi: Float[Array, " p"]
-    phid: Float[Array, " p"]
-    steps: Int[Array, ""]
-    success: Bool[Array, ""]
-
-
-# Step lengths tried along each Gauss–Newton direction, all in one batched evaluation.
-_STEP_LENGTHS = 0.5 ** np.arange(12)
-
-
-def _damped_solve(J: Float[Array, "p n"], r: Float[Array, " p"], damping: Float[Array, ""]) -> Float[Array, " n"]:
-    """`Jᵀ (J Jᵀ + μ I)⁻¹ r` by the SVD of `J`: the minimum-norm least-squares solution of
-    `J x = r` where `μ = 0`, and shorter where `J` is nearly singular and `μ > 0`."""
-    U, s, Vt = jnp.linalg.svd(J, full_matrices=False)
-    kept = s > jnp.finfo(J.dtype).eps * max(J.shape) * s[0]
-    gain = jnp.where(kept, s / jnp.where(kept, s * s + damping, 1.0), 0.0)
-    return Vt.T @ (gain * (U.T @ r))
-
-
-# Compiled as one program: evaluated op by op, the unrolled kernels dispatch thousands of
-# scalar operations (seconds for the parallel robot).
-@jit
-def _project(system, t, q, qd, tol, max_steps):
-    def residual(q):
-        return system.violation(t, q, jnp.zeros_like(q))[0]
-
-    def merit(r):
-        return jnp.sum(r * r)
-
-    def step(state):
-        k, q, r, _ = state
-        r, jacobian = value_and_jacfwd(residual, q)
-        direction = -_damped_solve(jacobian, r, merit(r))
-        lengths = jnp.asarray(_STEP_LENGTHS, q.dtype)
-        tried = jax.vmap(lambda a: residual(q + a * direction))(lengths)
-        # Armijo's test on ‖Φ‖² (the full step of Gauss–Newton decreases it by 2‖Φ‖² to
-        # first order where J has full row rank): the longest step that passes it
-        decrease = jax.vmap(merit)(tried) <= (1 - 1e-4 * lengths) * merit(r)
-        best = jnp.argmax(decrease)
-        moved = decrease[best]
-        return k + 1, jnp.where(moved, q + lengths[best] * direction, q), jnp.where(moved, tried[best], r), moved
-
-    def going(state):
-        k, _, r, moved = state
-        return (k < max_steps) & moved & (merit(r) > 0)
-
-    r0 = residual(q)
-    steps, q, _, _ = jax.lax.while_loop(going, step, (jnp.zeros((), jnp.int32), q, r0, jnp.array(True)))
-    # Φ̇ and ψ are affine in q̇, so one least-squares step is exact.
-    rate, jacobian = value_and_jacfwd(lambda qd: system.violation(t, q, qd)[1], qd)
-    qd = qd - jnp.linalg.pinv(jacobian) @ rate
-    phi, phid = system.violation(t, q, qd)
-    largest = jnp.maximum(jnp.max(jnp.abs(phi)), jnp.max(jnp.abs(phid)))
-    return Projection(q, qd, phi, phid, steps, largest <= tol)
 
 
 class Forced(AbstractSystem):
@@ -541,120 +464,3 @@ class Forced(AbstractSystem):
         if F.shape != inner.Q.shape:
             raise ValueError(f"Forced's force must have shape {inner.Q.shape} like q, got {F.shape}.")
         return inner._replace(Q=inner.Q + F)
-
-
-def _embed(level: ConstraintLevel, where: slice, n: int) -> ConstraintLevel:
-    """A part's level in the coordinates of the whole: its columns placed at `where`."""
-    rows = level.rows
-    A = jnp.zeros((rows.A.shape[0], n), rows.A.dtype).at[:, where].set(rows.A)
-    c = None if level.nonideal is None else jnp.zeros(n, level.nonideal.dtype).at[where].set(level.nonideal)
-    return ConstraintLevel(ConstraintRows(A, rows.b, rows.phi, rows.phid), c, level.method)
-
-
-class ComposedSystem(AbstractSystem):
-    """Subsystems stacked into one: block-diagonal `M`, stacked `Q`, named coordinate slices.
-    Connect them with constraints (the parallel-robot paper [1] §2, the redundant-manipulator paper [4]). Constrained parts keep their
-    constraints: they join the whole system's U-K solve.
-
-    **Arguments:**
-
-    - `parts`: a mapping from names to systems, in coordinate order.
-    - `sizes`: the number of coordinates of each part; read from a part's `num_coordinates`
-      where it has one.
-    """
-
-    # Names and systems in coordinate order: a dict leaf would come back from a JAX transform
-    # with its keys sorted, pairing the slices with the wrong parts.
-    names: tuple[str, ...] = eqx.field(static=True)
-    systems: tuple[AbstractSystem, ...]
-    sizes: tuple[int, ...] = eqx.field(static=True)
-
-    def __init__(self, parts: dict[str, AbstractSystem], sizes: dict[str, int] | None = None):
-        sizes = {} if sizes is None else dict(sizes)
-        for name, part in parts.items():
-            if not isinstance(part, AbstractSystem):
-                raise TypeError(f"part {name!r} must be a ukjax system, got {type(part).__name__}.")
-            if name not in sizes:
-                if not hasattr(part, "num_coordinates"):
-                    raise ValueError(f"Give the number of coordinates of part {name!r} in sizes.")
-                sizes[name] = part.num_coordinates
-        self.names = tuple(parts)
-        self.systems = tuple(parts.values())
-        self.sizes = tuple(int(sizes[name]) for name in parts)
-
-    @property
-    def parts(self) -> dict[str, AbstractSystem]:
-        """The parts by name, in coordinate order."""
-        return dict(zip(self.names, self.systems))
-
-    @property
-    def num_coordinates(self) -> int:
-        return sum(self.sizes)
-
-    def slice(self, name: str) -> slice:
-        """The coordinates of part `name` within `q`."""
-        if name not in self.names:
-            raise KeyError(f"No part {name!r}; the parts are {list(self.names)}.")
-        k = self.names.index(name)
-        start = sum(self.sizes[:k])
-        return slice(start, start + self.sizes[k])
-
-    def part(self, q: Float[Array, " n"], name: str) -> Float[Array, " m"]:
-        """The coordinates (or velocities) of part `name`."""
-        return q[self.slice(name)]
-
-    def _check(self, q) -> None:
-        if q.shape != (self.num_coordinates,):
-            raise ValueError(
-                f"The composed system has {self.num_coordinates} coordinates ({dict(zip(self.names, self.sizes))}), "
-                f"but q has shape {q.shape}."
-            )
-
-    def sketch(self, t, q):
-        return join(*(p.sketch(t, self.part(q, name)) for name, p in self.parts.items()))
-
-    def mass_matrix(self, t, q):
-        self._check(q)
-        return jsl.block_diag(*(p.mass_matrix(t, self.part(q, name)) for name, p in self.parts.items()))
-
-    def forces(self, t, q, qd):
-        self._check(q)
-        return jnp.concatenate(
-            [p.forces(t, self.part(q, name), self.part(qd, name)) for name, p in self.parts.items()]
-        )
-
-    def _aligned(self, parts: list[tuple[slice, tuple[ConstraintLevel, ...]]]) -> tuple[ConstraintLevel, ...]:
-        """The parts' levels in the whole's coordinates, aligned at the last one, so that every
-        part's own joint solve lands in the last level, which a constraint on the whole joins."""
-        n = self.num_coordinates
-        depth = max(len(levels) for _, levels in parts)
-        out = []
-        for k in range(depth):
-            members = [
-                _embed(levels[k + len(levels) - depth], where, n)
-                for where, levels in parts
-                if k + len(levels) >= depth
-            ]
-            # one solve over independent blocks: the robust route if any part asked for it
-            method = "svd" if any(level.method == "svd" for level in members) else "cholesky"
-            out.append(_merge(members, method))
-        return tuple(out)
-
-    def constraint_levels(self, t, q, qd):
-        self._check(q)
-        return self._aligned(
-            [
-                (self.slice(name), p.constraint_levels(t, self.part(q, name), self.part(qd, name)))
-                for name, p in self.parts.items()
-            ]
-        )
-
-    def dynamics(self, t, q, qd):
-        self._check(q)
-        parts = [
-            (self.slice(name), p.dynamics(t, self.part(q, name), self.part(qd, name)))
-            for name, p in self.parts.items()
-        ]
-        levels = self._aligned([(where, d.levels) for where, d in parts])
-        M = jsl.block_diag(*(d.M for _, d in parts))
-        return Dynamics(M, jnp.concatenate([d.Q for _, d in parts]), levels)

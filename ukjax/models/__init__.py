@@ -1,6 +1,18 @@
-"""Model builders and the source papers' mechanisms."""
+"""Model builders, the source papers' mechanisms, and robots from MJCF and URDF files (built in
+`ukjax._robots`, re-exported here)."""
 
-from ._actuators import Actuated as Actuated, Actuators as Actuators
+from .._robots.actuators import Actuated as Actuated, Actuators as Actuators
+from .._robots.equalities import (
+    Connect as Connect,
+    JointCoupling as JointCoupling,
+    SiteConstraint as SiteConstraint,
+    TendonCoupling as TendonCoupling,
+    Weld as Weld,
+)
+from .._robots.joints import Kinematics as Kinematics
+from .._robots.mjcf import from_mjcf as from_mjcf, from_urdf as from_urdf
+from .._robots.model import Model as Model
+from .._robots.tree import RigidBodyTree as RigidBodyTree
 from ._excitation import SineInputs as SineInputs
 from ._mechanisms import (
     PARALLEL_2DOF_LINKS as PARALLEL_2DOF_LINKS,
@@ -14,11 +26,9 @@ from ._mechanisms import (
     parallel_2dof as parallel_2dof,
     two_mass_spring as two_mass_spring,
 )
-from ._mjcf import from_mjcf as from_mjcf, from_urdf as from_urdf
 from ._planar import PlanarChain as PlanarChain
 from ._points import JointPoint as JointPoint, PointConstraint as PointConstraint
 from ._scara import (
-    Model as Model,
     ScaraArm as ScaraArm,
     ScaraTrajectory as ScaraTrajectory,
     scara as scara,
@@ -32,13 +42,4 @@ from ._serial import (
     log_cholesky as log_cholesky,
     prismatic as prismatic,
     revolute as revolute,
-)
-from ._tree import (
-    Connect as Connect,
-    JointCoupling as JointCoupling,
-    Kinematics as Kinematics,
-    RigidBodyTree as RigidBodyTree,
-    SiteConstraint as SiteConstraint,
-    TendonCoupling as TendonCoupling,
-    Weld as Weld,
 )

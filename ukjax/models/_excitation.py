@@ -4,7 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-from .._constraints import as_inexact
+from .._arrays import as_inexact
 
 
 class SineInputs(eqx.Module):

@@ -8,11 +8,13 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._animate import Sketch
-from .._constraints import AbstractHolonomic, as_inexact
-from .._systems import AbstractSystem, AbstractUnconstrainedSystem, ComposedSystem, ConstrainedSystem
+from .._arrays import as_inexact
+from .._composed import ComposedSystem
+from .._constraints import AbstractHolonomic
+from .._robots.model import Model
+from .._systems import AbstractSystem, AbstractUnconstrainedSystem, ConstrainedSystem
 from ._planar import PlanarChain
 from ._points import JointPoint, PointConstraint
-from ._scara import Model
 
 
 class TwoMassSpring(AbstractUnconstrainedSystem):

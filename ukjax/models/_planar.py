@@ -5,7 +5,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from .._animate import Sketch
-from .._constraints import as_inexact
+from .._arrays import as_inexact
 from .._linalg import UNROLL_MAX
 from .._systems import AbstractUnconstrainedSystem
 

@@ -5,8 +5,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._animate import Sketch
+from .._composed import ComposedSystem
 from .._constraints import AbstractHolonomic
-from .._systems import AbstractSystem, ComposedSystem
+from .._systems import AbstractSystem
 
 
 class JointPoint(eqx.Module):

@@ -1,78 +1,17 @@
 """The SCARA arm of the SCARA paper [2] (Xu & Liu 2017): closed-form dynamics and trajectory constraints."""
 
-from collections.abc import Callable
-from typing import NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Float
 
 from .._animate import Sketch
-from .._constraints import AbstractConstraint, AbstractHolonomic, as_inexact
-from .._systems import AbstractSystem, AbstractUnconstrainedSystem
-from ._actuators import Actuated, Actuators
+from .._arrays import as_inexact
+from .._constraints import AbstractHolonomic
+from .._robots.model import Model
+from .._systems import AbstractUnconstrainedSystem
 from ._serial import SerialChain, prismatic, revolute
-
-
-class Model(NamedTuple):
-    """A ready mechanism.
-
-    **Attributes:**
-
-    - `system`: the unconstrained system.
-    - `constraints`: its passive constraints (a closed chain) or, for a trajectory to follow
-      by constraint forces alone (the SCARA paper [2]), that trajectory.
-    - `q0`, `qd0`: the default initial state.
-    - `servo`: servo constraints of the paper's control task (empty if none).
-    - `actuation`: the actuation matrix `B_u` (n, m) of the control task, or None.
-    - `actuators`: an imported file's actuators as MuJoCo applies them
-      ([`ukjax.models.Actuators`][]), or None; see `controlled`.
-    """
-
-    system: AbstractSystem
-    constraints: tuple[AbstractConstraint, ...]
-    q0: Float[Array, " n"]
-    qd0: Float[Array, " n"]
-    servo: tuple[AbstractConstraint, ...] = ()
-    actuation: Float[Array, "n m"] | None = None
-    actuators: Actuators | None = None
-
-    def controlled(self, control: Callable) -> AbstractSystem:
-        """The system driven by its actuators under `control(t, q, qd) -> (m,)` (MuJoCo's
-        `ctrl`): applied forces include MuJoCo's `qfrc_actuator`, gains, biases and clamps
-        included. Constrain it like the system itself.
-
-        **Returns:**
-
-        A [`ukjax.models.Actuated`][] system.
-        """
-        if self.actuators is None:
-            raise ValueError("This model has no actuators (controlled() needs an imported model with some).")
-        return Actuated(self.system, self.actuators, control)
-
-    def state_from_mujoco(self, qpos: Float[ArrayLike, " n"], qvel: Float[ArrayLike, " v"]):
-        """`(q, q̇)` from MuJoCo's `(qpos, qvel)` (a keyframe, a logged state): quaternion
-        rates from angular velocities for an imported tree, the identity otherwise.
-
-        **Returns:**
-
-        `(q, qd)`.
-        """
-        if hasattr(self.system, "state_from_mujoco"):
-            return self.system.state_from_mujoco(qpos, qvel)
-        return jnp.asarray(qpos), jnp.asarray(qvel)
-
-    def state_to_mujoco(self, q: Float[ArrayLike, " n"], qd: Float[ArrayLike, " n"]):
-        """MuJoCo's `(qpos, qvel)` from `(q, q̇)`, the inverse of `state_from_mujoco`.
-
-        **Returns:**
-
-        `(qpos, qvel)`.
-        """
-        if hasattr(self.system, "state_to_mujoco"):
-            return self.system.state_to_mujoco(q, qd)
-        return jnp.asarray(q), jnp.asarray(qd)
 
 
 class ScaraArm(AbstractUnconstrainedSystem):

@@ -8,9 +8,10 @@ import numpy as np
 
 from .._jit import jit
 from .._systems import ConstrainedSystem
-from ._actuators import Actuators
-from ._scara import Model
-from ._tree import Connect, JointCoupling, RigidBodyTree, TendonCoupling, Weld
+from .actuators import Actuators
+from .equalities import Connect, JointCoupling, TendonCoupling, Weld
+from .model import Model
+from .tree import RigidBodyTree
 
 _DEFAULT_SOLREF = np.array([0.02, 1.0])
 _DEFAULT_SOLIMP = np.array([0.9, 0.95, 0.001, 0.5, 2.0])

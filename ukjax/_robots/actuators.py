@@ -7,9 +7,10 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-from .._constraints import as_inexact
+from .._arrays import as_inexact
 from .._systems import AbstractSystem
-from ._tree import RigidBodyTree, _tree_of
+from .equalities import tree_of
+from .tree import RigidBodyTree
 
 
 class Actuators(eqx.Module):
@@ -124,7 +125,7 @@ class Actuated(AbstractSystem):
         return self.system.sketch(t, q)
 
     def _actuation(self, t, q, qd):
-        return self.actuators.forces(_tree_of(self.system), q, qd, self.control(t, q, qd))
+        return self.actuators.forces(tree_of(self.system), q, qd, self.control(t, q, qd))
 
     def mass_matrix(self, t, q):
         return self.system.mass_matrix(t, q)

@@ -1,0 +1,451 @@
+"""The command line's commands: the source papers' demonstrations (`scara`, `coordinated`,
+`fit`) and the simulation of an MJCF or URDF robot (`simulate`), with the stage lines,
+progress meters and plots they share."""
+
+import argparse
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+from ._jit import jit
+
+
+def _meter(quiet: bool):
+    """A live bar where a person watches a terminal; in a pipe or log, a line per tenth of the
+    run (tqdm's carriage returns would fill a log with hundreds of updates)."""
+    import diffrax
+
+    if quiet:
+        return diffrax.NoProgressMeter()
+    return diffrax.TqdmProgressMeter() if sys.stderr.isatty() else diffrax.TextProgressMeter(minimum_increase=0.1)
+
+
+@contextlib.contextmanager
+def _stage(what: str):
+    """Say what a stage of a second or more is doing before it starts, and how long it took."""
+    print(f"{what} ...", flush=True)
+    start = time.perf_counter()
+    yield
+    print(f"  done in {time.perf_counter() - start:.1f} s", flush=True)
+
+
+def _animation(system, sol, path, violation: dict) -> None:
+    """Write `sol` of `system` as an animation of at most ~120 frames, its title reporting the
+    rows of `violation` (`animate`'s), and say where."""
+    import ukjax
+
+    every = max(1, sol.ts.shape[0] // 120)
+    with _stage(f"writing the animation {path} ({-(-sol.ts.shape[0] // every)} frames)"):
+        ukjax.animate(system, sol, path, fps=20, every=every, violation=violation)
+
+
+def _row_units(tree, constraints, norms: int) -> dict[str, tuple[list[int], str]]:
+    """The rows of `sol.phi` for an imported model grouped by unit (`animate`'s `violation`):
+    quaternion norms first, then each equality's rows."""
+    from ukjax import models
+
+    groups: dict[str, tuple[list[int], str]] = {}
+    row = norms
+
+    def add(label, count, unit):
+        nonlocal row
+        groups.setdefault(label, ([], unit))[0].extend(range(row, row + count))
+        row += count
+
+    if norms:
+        groups["quaternion norms"] = (list(range(norms)), "(|u|² − 1)")
+    for c in constraints:
+        if isinstance(c, models.Connect):
+            add("loop closure", 3, "m")
+        elif isinstance(c, models.Weld):
+            add("loop closure", 3, "m")
+            add("weld rotation", 3, "(sin θ/2)")
+        elif isinstance(c, models.JointCoupling):
+            hinge = tree.joint_kinds[tree.joint_names.index(c.joint1)] == "hinge"
+            add("hinge coupling" if hinge else "slide coupling", 1, "rad" if hinge else "m")
+        else:
+            add("tendon coupling", 1, "(tendon length)")
+    return groups
+
+
+def _check_success(sol, what: str) -> None:
+    """Raise for a run that did not end in SUCCESS (`main` turns it into exit status 1)."""
+    import ukjax
+    from ukjax._simulate import _MESSAGES
+
+    status = ukjax.Status(int(sol.status))
+    if status != ukjax.Status.SUCCESS:
+        raise RuntimeError(f"{what} ended with status {status.name}: {_MESSAGES[status]}")
+
+
+def run_scara(args: argparse.Namespace) -> None:
+    import jax.numpy as jnp
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import ukjax
+    from ukjax.models import scara, scara_reference
+
+    model = scara()
+    arm = model.system
+    ts = jnp.linspace(0.0, args.t1, args.saves)
+    gains = ukjax.Baumgarte(args.alpha, args.beta)
+    runs = {"no stabilization": None, f"Baumgarte α={args.alpha:g}, β={args.beta:g}": gains}
+    solutions = {}
+    print(
+        f"SCARA arm of the SCARA paper [Xu & Liu 2017] following its trajectory constraint (eq. 47) for "
+        f"{args.t1:g} s (float64, Tsit5, rtol=atol={args.tol:g})"
+    )
+    for name, stabilization in runs.items():
+        system = ukjax.ConstrainedSystem(arm, model.constraints, stabilization)
+
+        def run(q0, qd0, system=system):
+            return ukjax.simulate(system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol)
+
+        print(f"[{name}]")
+        start = time.perf_counter()
+        with _stage("  compiling and simulating"):
+            sol = jax.block_until_ready(run(model.q0, model.qd0))
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        jax.block_until_ready(run(model.q0, model.qd0))
+        again = time.perf_counter() - start
+        solutions[name] = sol
+        err = sol.phi[-1]
+        print(
+            f"  violation at t={args.t1:g} s: x {err[0]:+.3e} m, y {err[1]:+.3e} m, "
+            f"orientation {err[2]:+.3e} rad, z {err[3]:+.3e} m"
+        )
+        print(
+            f"  max |Φ| over the run {jnp.max(jnp.abs(sol.phi)):.3e}, steps {int(sol.stats['num_steps'])}, "
+            f"first call {first:.2f} s (with compilation), compiled call {again * 1e3:.1f} ms"
+        )
+
+    # Benchmark: a vmapped batch of perturbed starts against one-at-a-time calls of the same
+    # compiled simulation, measured in this run.
+    system = ukjax.ConstrainedSystem(arm, model.constraints, gains)
+    key = jax.random.PRNGKey(0)
+    q0s = model.q0 + 1e-3 * jax.random.normal(key, (args.batch, 4))
+    qd0s = jnp.broadcast_to(model.qd0, (args.batch, 4))
+
+    @jit
+    def batch(q0s, qd0s):
+        return jax.vmap(
+            lambda q0, qd0: ukjax.simulate(
+                system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False
+            )
+        )(q0s, qd0s)
+
+    @jit
+    def one(q0, qd0):
+        return ukjax.simulate(system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False)
+
+    with _stage(f"benchmark: compiling a vmapped batch of {args.batch} perturbed starts and one-at-a-time runs"):
+        jax.block_until_ready((batch(q0s, qd0s), one(q0s[0], qd0s[0])))
+    start = time.perf_counter()
+    out = jax.block_until_ready(batch(q0s, qd0s))
+    t_batch = time.perf_counter() - start
+    single = 8
+    start = time.perf_counter()
+    for k in range(single):
+        jax.block_until_ready(one(q0s[k], qd0s[k]))
+    t_single = (time.perf_counter() - start) / single
+    print(
+        f"batch of {args.batch} (vmap, {jax.default_backend()}): {t_batch:.2f} s, "
+        f"{args.batch / t_batch:.1f} simulations/s; one at a time: {1 / t_single:.1f} simulations/s; "
+        f"speed-up {t_single * args.batch / t_batch:.1f}x; succeeded {int(out.success.sum())}/{args.batch}"
+    )
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
+    for (name, sol), style in zip(solutions.items(), ("--", "-")):
+        for j in range(3):
+            axes[0, 0].plot(sol.ts, jnp.rad2deg(sol.q[:, j]), style, label=f"q{j + 1} ({name})")
+        axes[0, 1].plot(sol.ts, sol.q[:, 3], style, label=f"q4 ({name})")
+        tool = jax.vmap(arm.end_effector)(sol.q) - jax.vmap(scara_reference)(sol.ts)
+        for j, axis in enumerate("xyz"):
+            axes[1, 0 if j < 2 else 1].semilogy(
+                sol.ts, jnp.abs(tool[:, j]) + 1e-16, style, label=f"|{axis} error| ({name})"
+            )
+    axes[0, 0].set(title="revolute joints", xlabel="t [s]", ylabel="angle [deg]")
+    axes[0, 1].set(title="prismatic joint", xlabel="t [s]", ylabel="q4 [m]")
+    axes[1, 0].set(title="x/y tracking error", xlabel="t [s]", ylabel="|error| [m]")
+    axes[1, 1].set(title="z tracking error", xlabel="t [s]", ylabel="|error| [m]")
+    for ax in axes.flat:
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle("SCARA arm under trajectory constraints (the SCARA paper, Xu & Liu 2017), ukjax")
+    fig.savefig(args.out, dpi=120)
+    print(f"plot written to {args.out}")
+    # the stabilized run; rows x, y, orientation, z
+    _animation(
+        system, sol, Path(args.out).with_suffix(".gif"), {"tool position": ([0, 1, 3], "m"), "orientation": ([2], "rad")}
+    )
+
+
+def run_coordinated(args: argparse.Namespace) -> None:
+    import equinox as eqx
+    import jax.numpy as jnp
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import ukjax
+    from ukjax.models import coordinated_robots
+
+    model = coordinated_robots()
+    passive = ukjax.ConstrainedSystem(model.system, model.constraints)
+    ts = jnp.linspace(0.0, args.t1, args.saves)
+    meter = _meter(args.quiet)
+    a = args.seed_gain
+    controllers = {
+        "exact (constrained input map)": ukjax.ServoControl(passive, model.servo, model.actuation),
+        f"the paper's formula (M⁻¹ map, Baumgarte α=β={a:g})": ukjax.ServoControl(
+            passive, model.servo, model.actuation, exact=False, stabilization=ukjax.Baumgarte(2 * a, a * a)
+        ),
+    }
+    print(
+        "Two coordinated planar robots holding a load (the servo-control paper [Liu et al. 2015], §V), "
+        f"t ∈ [0, {args.t1:g}] s, rtol=atol={args.tol:g}"
+    )
+    print("the paper's figs. 9–14: u1 [0,10] u2 [3,5] u3 [-8,-5.5] u4 [4.5,10] u5 [-4.5,0.5] u6 [-5,0]")
+    fig, axes = plt.subplots(2, 1, figsize=(10, 8), constrained_layout=True)
+    runs = {}
+    for (name, ctrl), style in zip(controllers.items(), ("-", "--")):
+        print(f"[{name}] compiling and simulating ...", flush=True)
+        start = time.perf_counter()
+        sol = jax.block_until_ready(
+            ukjax.simulate(
+                ctrl.closed_loop(),
+                model.q0,
+                model.qd0,
+                0.0,
+                args.t1,
+                ts=ts,
+                rtol=args.tol,
+                atol=args.tol,
+                progress_meter=meter,
+            )
+        )
+        elapsed = time.perf_counter() - start
+        runs[name] = sol
+        u = jit(eqx.filter_vmap(ctrl))(sol.ts, sol.q, sol.qd)
+        closure = jit(eqx.filter_vmap(passive.violation))(sol.ts, sol.q, sol.qd)[0]
+        print(
+            f"  object tracking error {jnp.max(jnp.abs(sol.phi)):.2e}, loop closure {jnp.max(jnp.abs(closure)):.2e}, {elapsed:.1f} s"
+        )
+        print(
+            "  "
+            + " ".join(f"u{j + 1} [{lo:.1f},{hi:.1f}]" for j, (lo, hi) in enumerate(zip(u.min(0), u.max(0))))
+        )
+        for j in range(6):
+            axes[0].plot(sol.ts, u[:, j], style, color=f"C{j}", label=f"u{j + 1} ({name.split(' ')[0]})")
+        axes[1].semilogy(sol.ts, jnp.max(jnp.abs(sol.phi), axis=1) + 1e-16, style, label=name)
+    axes[0].set(title="actuator inputs", xlabel="t [s]", ylabel="torque [N·m]")
+    axes[1].set(
+        title="object tracking error max(|Δx₃| [m], |Δy₃| [m], |Δθ₃| [rad])", xlabel="t [s]", ylabel="|error| [m or rad]"
+    )
+    for ax in axes:
+        ax.legend(fontsize=7, ncol=2)
+        ax.grid(alpha=0.3)
+    fig.savefig(args.out, dpi=120)
+    print(f"plot written to {args.out}")
+    exact = next(iter(controllers))
+    _animation(
+        controllers[exact].closed_loop(),
+        runs[exact],
+        Path(args.out).with_suffix(".gif"),
+        {"load position": ([0, 1], "m"), "load angle": ([2], "rad")},
+    )
+
+
+def run_fit(args: argparse.Namespace) -> None:
+    import warnings
+
+    import equinox as eqx
+    import jax.numpy as jnp
+    import matplotlib
+    import numpy as np
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import ukjax
+    from ukjax import models
+
+    tol = dict(rtol=1e-12, atol=1e-12)
+
+    def inertial(system):
+        while not isinstance(system, models.PlanarChain):
+            system = system.system
+        return system.masses, system.inertias
+
+    def identify(true, q0, qd0, horizon, label):
+        ts = jnp.linspace(0.0, horizon, round(20 * horizon) + 1)
+        measured = ukjax.simulate(true, q0, qd0, 0.0, horizon, ts=ts, **tol).q
+        masses, inertias = inertial(true)
+        start = eqx.tree_at(inertial, true, (1.3 * masses, 0.7 * inertias))
+        print(f"[{label}] {horizon:g} s record, {ts.size} samples; start: masses +30 %, inertias −30 %")
+        clock = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the rank is printed below
+            res = ukjax.fit_least_squares(
+                lambda m: ukjax.trajectory_residuals(m, q0, qd0, ts, measured, **tol),
+                start,
+                where=inertial,
+                positive=True,
+                progress=not args.quiet,
+            )
+        truth = np.concatenate([np.ravel(x) for x in inertial(true)])
+        print(
+            f"  {res.steps} steps, cost {res.cost:.2e}, {time.perf_counter() - clock:.1f} s; rank {res.rank}/{len(res.names)}"
+        )
+        for name, t, f, e in zip(res.names, truth, res.values, res.std):
+            print(f"  {name:<22} true {t:8.4f}  fitted {f:8.4f}  std {e:.1e}")
+        for v in res.unidentifiable:
+            print("  not determined (relative changes): " + res.describe(v))
+        error = np.max(np.abs(res.determined(res.values - truth) / truth))
+        print(f"  fitted − true along what the data determine: {error:.1e} (largest, relative)")
+        return ts, measured, start, res
+
+    pendulum = models.PlanarChain([1.0, 0.8], [1.5, 1.0], [0.5, 0.4], [0.12, 0.06])
+    drive = models.SineInputs(jnp.eye(2), [3.0, 1.0], [2.0, 3.0], [0.0, np.pi / 2])
+    q0 = jnp.array([1.2, -0.4])
+    ts, measured, start, open_fit = identify(
+        ukjax.Forced(pendulum, drive), q0, jnp.zeros(2), args.horizon, "torque-driven double pendulum"
+    )
+    robots = models.coordinated_robots()
+    motors = models.SineInputs(
+        robots.actuation,
+        [3.0, -2.0, 2.5, 1.5, -2.0, 1.0],
+        [1.0, 1.7, 2.3, 1.3, 2.9, 0.7],
+        np.linspace(0, 2, 6),
+    )
+    closed = ukjax.ConstrainedSystem(ukjax.Forced(robots.system, motors), robots.constraints)
+    *_, closed_fit = identify(
+        closed, robots.q0, robots.qd0, args.closed_horizon, "coordinated robots of the servo-control paper (closed chain)"
+    )
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), constrained_layout=True)
+    for res, name in ((open_fit, "double pendulum"), (closed_fit, "closed chain")):
+        axes[0].semilogy(res.costs, "o-", label=name)
+        axes[2].semilogy(res.singular_values / res.singular_values[0], "s-", label=name)
+    axes[0].set(title="cost ½‖r‖² per Levenberg–Marquardt step", xlabel="step", ylabel="cost [rad²]")
+    before = ukjax.simulate(start, q0, jnp.zeros(2), 0.0, args.horizon, ts=ts, **tol).q
+    after = ukjax.simulate(open_fit.model, q0, jnp.zeros(2), 0.0, args.horizon, ts=ts, **tol).q
+    for j in range(2):
+        axes[1].plot(ts, measured[:, j], "k.", label="measured" if j == 0 else None)
+        axes[1].plot(ts, before[:, j], "--", color=f"C{j}", label=f"q{j + 1} from the start")
+        axes[1].plot(ts, after[:, j], "-", color=f"C{j}", label=f"q{j + 1} fitted")
+    axes[1].set(title="double pendulum: measured and simulated", xlabel="t [s]", ylabel="joint angle [rad]")
+    axes[2].set(title="singular values of the scaled Jacobian", xlabel="index", ylabel="σ / σ₁ [dimensionless]")
+    for ax in axes:
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.savefig(args.out, dpi=120)
+    print(f"plot written to {args.out}")
+
+
+def _units(tree) -> dict[str, list[int]]:
+    """The tree's coordinates grouped by unit: hinge angles, positions (slides, free joints'
+    x, y, z) and quaternion components, as indices into `q`."""
+    groups = {"hinge angles [rad]": [], "positions [m]": [], "quaternion components [1]": []}
+    for kind, first in zip(tree.joint_kinds, tree.joint_coordinates):
+        if kind == "hinge":
+            groups["hinge angles [rad]"].append(first)
+        elif kind == "slide":
+            groups["positions [m]"].append(first)
+        else:
+            rotation = first + (3 if kind == "free" else 0)
+            groups["positions [m]"] += list(range(first, rotation))
+            groups["quaternion components [1]"] += list(range(rotation, rotation + 4))
+    return {name: index for name, index in groups.items() if index}
+
+
+def run_simulate(args: argparse.Namespace) -> None:
+    import jax.numpy as jnp
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import ukjax
+    from ukjax import models
+
+    load = models.from_urdf if args.file.lower().endswith(".urdf") else models.from_mjcf
+    keyframe = int(args.keyframe) if args.keyframe and args.keyframe.isdigit() else args.keyframe
+    with _stage(f"reading {args.file} (MuJoCo's compiler; a start off the loops is projected onto them)"):
+        model = load(args.file, keyframe=keyframe)
+    name = Path(args.file).stem
+    out = Path(args.out) if args.out else Path(f"{name}.png")
+    tree = model.system
+    stabilization = ukjax.Baumgarte(args.alpha, args.beta) if args.alpha or args.beta else None
+    system = ukjax.ConstrainedSystem(tree, model.constraints, stabilization) if model.constraints else tree
+    # the tree's quaternion norm rows come first in `sol.phi`, the file's equalities after them
+    norms = sum(kind in ("ball", "free") for kind in tree.joint_kinds)
+    # shapes only: evaluated, the rows would compile operation by operation
+    rows = jax.eval_shape(system.rows, 0.0, model.q0, model.qd0).b.shape[0] if model.constraints else 0
+    print(
+        f"{args.file}: {len(tree.body_names)} bodies, {len(tree.joint_names)} joints, {len(model.constraints)} "
+        f"constraints ({rows} rows), {norms} quaternion norm rows; t ∈ [0, {args.t1:g}] s, Tsit5, "
+        f"rtol=atol={args.tol:g}"
+    )
+    ts = jnp.linspace(0.0, args.t1, args.saves)
+    start = time.perf_counter()
+    print("compiling the simulation (the longest wait on a large robot) ...", flush=True)
+    sol = jax.block_until_ready(
+        ukjax.simulate(
+            system,
+            model.q0,
+            model.qd0,
+            0.0,
+            args.t1,
+            ts=ts,
+            rtol=args.tol,
+            atol=args.tol,
+            progress_meter=_meter(args.quiet),
+            throw=False,
+        )
+    )
+    elapsed = time.perf_counter() - start
+    status = ukjax.Status(int(sol.status)).name
+    parts = []
+    if sol.phi is not None:
+        closure = sol.phi[:, norms:]
+        if closure.shape[1]:
+            parts.append(f"max constraint violation {float(jnp.nanmax(jnp.abs(closure))):.2e}")
+        if norms:
+            parts.append(f"quaternion norm error {float(jnp.nanmax(jnp.abs(sol.phi[:, :norms]))):.2e}")
+    print(
+        f"  status {status}, {int(sol.stats['num_steps'])} steps, {elapsed:.1f} s with compilation"
+        + "".join(f"; {p}" for p in parts)
+    )
+    coordinates = _units(tree)
+    panels = len(coordinates) + (sol.phi is not None)
+    fig, axes = plt.subplots(panels, 1, figsize=(10, 3.2 * panels), constrained_layout=True, squeeze=False)
+    axes = axes[:, 0]
+    for ax, (unit, index) in zip(axes, coordinates.items()):
+        for j in index:
+            ax.plot(sol.ts, sol.q[:, j], label=tree.coordinate_names[j])
+        ax.set(title=unit.split(" [")[0], xlabel="t [s]", ylabel=unit)
+        ax.legend(fontsize=7, ncol=6)
+    groups = _row_units(tree, model.constraints, norms)
+    if sol.phi is not None:
+        ax = axes[-1]
+        for label, (rows, unit) in groups.items():
+            ax.semilogy(sol.ts, jnp.max(jnp.abs(sol.phi[:, jnp.array(rows)]), axis=1) + 1e-17, label=f"{label} {unit}")
+        ax.set(title="largest constraint violation |Φ| of each kind", xlabel="t [s]", ylabel="|Φ| (unit in the legend)")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{name}: joint coordinates and constraint violation (ukjax)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.savefig(out, dpi=120)
+    print(f"plot written to {out}")
+    if args.gif:
+        _animation(system, sol, args.gif, groups)
+    _check_success(sol, f"the simulation of {args.file}")

@@ -1,0 +1,17 @@
+"""Robots from files: rigid-body trees and everything MJCF and URDF describe of them. Public
+names are re-exported by `ukjax.models`.
+
+One concept a module; each imports only the modules above it in this list and ukjax's own
+ground floor (`_arrays`, `_constraints`, `_systems`, `_jit`, `_animate`):
+
+- `spatial`: spatial algebra and rotations (twists, wrenches, stacked 3 × 3 products);
+- `joints`: the joint kinds (hinge, slide, ball, free), the tree's topology, the forward
+  kinematics and MuJoCo's velocity map;
+- `algorithms`: `M` (composite rigid bodies), bias forces (recursive Newton–Euler), the
+  bodies' and points' motion, each reading one `Kinematics`;
+- `tree`: `RigidBodyTree`, the system;
+- `equalities`: `Connect`, `Weld`, `JointCoupling`, `TendonCoupling`, `SiteConstraint`;
+- `actuators`: MuJoCo's actuators and the system they drive;
+- `model`: `Model`, what the importer (and the source papers' builders) return;
+- `mjcf`: the MJCF/URDF importer, by MuJoCo's own compiler.
+"""
