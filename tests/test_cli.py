@@ -6,6 +6,7 @@ Cassie, with its errors and exit statuses."""
 import re
 from pathlib import Path
 
+import jax
 import pytest
 from PIL import Image
 
@@ -74,6 +75,8 @@ def test_simulate_a_free_joint_model(tmp_path, capsys, monkeypatch):
     code, text = _simulate(["box.xml", "--keyframe", "spinning", "--t1", "0.2", "--saves", "5", "--gif", "box.gif"], capsys)
     assert code == 0, text
     assert "status SUCCESS" in text
+    # every long stage says what it is doing, once
+    assert text.count("compiling the simulation") == 1 and text.count("done in") == 2  # reading, the GIF
     assert float(re.search(r"quaternion norm error (\d\.\d+e[+-]\d+)", text).group(1)) < 1e-8
     assert (tmp_path / "box.png").stat().st_size > 10_000
     assert Image.open(tmp_path / "box.gif").n_frames == 5
@@ -123,3 +126,19 @@ def test_version_and_defaults_in_help(capsys):
     text = capsys.readouterr().out
     assert f"ukjax {ukjax.__version__}" in text
     assert "final time [s] (default: 5.0)" in text
+
+
+def test_compilation_cache_directory_and_its_switch(monkeypatch, tmp_path):
+    """`UKJAX_CACHE_DIR` names the cache's directory and, empty, turns it off (as `--no-cache`)."""
+    from ukjax._jit import compilation_cache
+
+    monkeypatch.setenv("UKJAX_CACHE_DIR", "")
+    assert compilation_cache() is None
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("UKJAX_CACHE_DIR")
+    previous = jax.config.jax_compilation_cache_dir
+    try:
+        assert compilation_cache() == tmp_path / "ukjax" / "jax"
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "ukjax" / "jax")
+    finally:
+        jax.config.update("jax_compilation_cache_dir", previous)
