@@ -72,7 +72,7 @@ def coordinated():
     def violation(sensors, qpos):
         return np.max(np.abs(sensors[..., :2] - np.array([3.0, 0.0])))
 
-    return "coordinated robots (the servo-control paper [3])", system, m.q0, xml, qpos, np.zeros(0), violation
+    return "coordinated robots [3]", system, m.q0, xml, qpos, np.zeros(0), violation
 
 
 def parallel():
@@ -99,7 +99,7 @@ def parallel():
         tips = sensors.reshape(sensors.shape[:-1] + (3, 3))[..., :2]
         return np.max(np.abs(tips[..., 1:, :] - tips[..., :1, :]))
 
-    return "parallel robot (the parallel-robot paper [1])", system, m.q0, xml, qpos, np.array(TORQUES), violation
+    return "parallel robot [1]", system, m.q0, xml, qpos, np.array(TORQUES), violation
 
 
 def from_file():
