@@ -437,8 +437,8 @@ def run_simulate(args: argparse.Namespace) -> None:
     groups = _row_units(tree, model.constraints, norms)
     if sol.phi is not None:
         ax = axes[-1]
-        for label, (rows, unit) in groups.items():
-            ax.semilogy(sol.ts, jnp.max(jnp.abs(sol.phi[:, jnp.array(rows)]), axis=1) + 1e-17, label=f"{label} {unit}")
+        for label, (indices, unit) in groups.items():
+            ax.semilogy(sol.ts, jnp.max(jnp.abs(sol.phi[:, jnp.array(indices)]), axis=1) + 1e-17, label=f"{label} {unit}")
         ax.set(title="largest constraint violation |Φ| of each kind", xlabel="t [s]", ylabel="|Φ| (unit in the legend)")
         ax.legend(fontsize=7)
     fig.suptitle(f"{name}: joint coordinates and constraint violation (ukjax)")

@@ -167,7 +167,7 @@ class AbstractSystem(eqx.Module):
 
 
 def check_state(system: AbstractSystem, q: ArrayLike, qd: ArrayLike, batch: bool = False) -> tuple[Array, Array]:
-    """`q` and `q̇` as arrays of one dtype, with a ValueError that names the expected length
+    """`q` and `q̇` as arrays, with a ValueError that names the expected length
     (and, for a tree with quaternions, MuJoCo's `nq` and `nv`) where they do not fit `system`.
 
     **Arguments:**

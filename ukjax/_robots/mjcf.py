@@ -284,17 +284,18 @@ def _constraints(mjm, tree: RigidBodyTree) -> tuple:
         kind, data = mujoco.mjtEq(int(mjm.eq_type[i])), mjm.eq_data[i]
         one, two = int(mjm.eq_obj1id[i]), int(mjm.eq_obj2id[i])
         label = _name(mjm, mujoco.mjtObj.mjOBJ_EQUALITY, i, "equality")
-        sites = mjm.eq_objtype[i] == int(mujoco.mjtObj.mjOBJ_SITE)
+        # each site as (its body, its position there)
+        sites = mjm.eq_objtype[i] == int(mujoco.mjtObj.mjOBJ_SITE) and [
+            tree.site(_name(mjm, mujoco.mjtObj.mjOBJ_SITE, s, "site")) for s in (one, two)
+        ]
         if kind == mujoco.mjtEq.mjEQ_CONNECT and sites:
-            site1, site2 = (tree.site(_name(mjm, mujoco.mjtObj.mjOBJ_SITE, s, "site")) for s in (one, two))
-            out.append(Connect(tree, *site1, *site2))
+            out.append(Connect(tree, *sites[0], *sites[1]))
         elif kind == mujoco.mjtEq.mjEQ_CONNECT:
             out.append(Connect(tree, body(one), data[0:3], body(two), data[3:6]))
         elif kind == mujoco.mjtEq.mjEQ_WELD:
             if sites:
                 # the two sites' frames coincide: a body weld with the sites' frames folded in
-                (body1, at1), (body2, at2) = (tree.site(_name(mjm, mujoco.mjtObj.mjOBJ_SITE, s, "site")) for s in (one, two))
-                anchor, position = at2, at1
+                (body1, position), (body2, anchor) = sites
                 rotation = _rotation(mjm.site_quat[one]) @ _rotation(mjm.site_quat[two]).T
             else:
                 body1, body2 = body(one), body(two)

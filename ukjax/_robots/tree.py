@@ -415,15 +415,16 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
 
     def sketch(self, t, q):
         """Each body's origin joined to its parent's, one part per branch below a root body
-        (Cassie's legs); the ground link joining the points fixed in the world (hinged and
-        ball-jointed roots' anchors, world sites) as a part of its own; the origins and the
+        (Cassie's legs); the ground link joining the points fixed in the world (the anchors of
+        roots that turn about one hinge or ball, world sites) as a part of its own; the origins and the
         sites as points."""
         kin = self.kinematics(q)
         children = [i for i, p in enumerate(self.parents) if p >= 0]
         parents = np.array([self.parents[i] for i in children], dtype=int)
         links = jnp.stack([kin.positions[parents], kin.positions[np.array(children, dtype=int)]], axis=1)
-        parts = [self._branch(i) for i in children]
-        numbers = {branch: k for k, branch in enumerate(dict.fromkeys(parts))}
+        branches = [self._branch(i) for i in children]
+        numbers = {branch: k for k, branch in enumerate(dict.fromkeys(branches))}
+        parts = [numbers[branch] for branch in branches]
         # sites from the same kinematics (body −1: fixed in the world)
         bodies = np.array(self.site_bodies, dtype=int)
         moved = kin.positions[bodies] + mv(kin.rotations[bodies], self.site_positions)
@@ -431,15 +432,12 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         ground = [
             kin.positions[body] + kin.rotations[body] @ self.joint_anchors[j]
             for body in range(len(self.parents))
-            if self.parents[body] < 0 and (j := self._first_joint(body)) is not None
-            and all(self.joint_kinds[k] in ("hinge", "ball") for k, b in enumerate(self.joint_bodies) if b == body)
+            if self.parents[body] < 0 and (j := self._pivot(body)) is not None
         ] + [sites[k] for k in np.flatnonzero(bodies < 0)]
         if len(ground) > 1:
             fixed = jnp.stack(ground)
             links = jnp.concatenate([links, jnp.stack([fixed[:-1], fixed[1:]], axis=1)])
-            parts = [numbers[p] for p in parts] + [len(numbers)] * (len(ground) - 1)
-        else:
-            parts = [numbers[p] for p in parts]
+            parts += [len(numbers)] * (len(ground) - 1)
         return Sketch(links, jnp.concatenate([kin.positions, sites]), parts=parts)
 
     def _branch(self, body: int) -> int:
@@ -448,9 +446,11 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
             body = self.parents[body]
         return body
 
-    def _first_joint(self, body: int) -> int | None:
-        """The first joint of `body`, or None for a body welded to its parent."""
-        return next((j for j, b in enumerate(self.joint_bodies) if b == body), None)
+    def _pivot(self, body: int) -> int | None:
+        """The joint of `body` where it is its only one and a hinge or a ball: its anchor is
+        then a point fixed in the parent's frame (None otherwise)."""
+        joints = [j for j, b in enumerate(self.joint_bodies) if b == body]
+        return joints[0] if len(joints) == 1 and self.joint_kinds[joints[0]] in ("hinge", "ball") else None
 
     def body_pose(self, q: Float[Array, " n"], body: str) -> tuple[Float[Array, "3 3"], Float[Array, " 3"]]:
         """The rotation and position of the body `name` (its frame, not its centre of mass)."""
