@@ -14,9 +14,15 @@ from ._systems import AbstractSystem, ConstraintLevel, Dynamics, merge
 def _embed(level: ConstraintLevel, where: slice, n: int) -> ConstraintLevel:
     """A part's level in the coordinates of the whole: its columns placed at `where`."""
     rows = level.rows
-    A = jnp.zeros((rows.A.shape[0], n), rows.A.dtype).at[:, where].set(rows.A)
     c = None if level.nonideal is None else jnp.zeros(n, level.nonideal.dtype).at[where].set(level.nonideal)
-    return ConstraintLevel(ConstraintRows(A, rows.b, rows.phi, rows.phid), c, level.method)
+
+    def widen(rows):
+        return eqx.tree_at(lambda r: r.A, rows, jnp.zeros((rows.A.shape[0], n), rows.A.dtype).at[:, where].set(rows.A))
+
+    contacts = level.contacts
+    if contacts is not None:
+        contacts = eqx.tree_at(lambda c: (c.normal, c.tangent), contacts, (widen(contacts.normal), widen(contacts.tangent)))
+    return ConstraintLevel(widen(rows), c, level.method, contacts)
 
 
 class ComposedSystem(AbstractSystem):

@@ -7,16 +7,19 @@ from typing import ClassVar
 
 import diffrax
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float, Int, Real
 
+from . import _linalg as la
 from ._arrays import as_inexact
 from ._core import sqrt_eps
 from ._jit import jit
-from ._systems import AbstractSystem, check_state
+from ._systems import AbstractSystem, check_state, solve_dynamics, solve_levels
+from ._unilateral import OPEN, SLIDING, STICKING, TOUCH, ContactRecord, Modes, select_modes
 
 
 class Status(enum.IntEnum):
@@ -29,6 +32,8 @@ class Status(enum.IntEnum):
     INCONSISTENT_CONSTRAINTS = 4
     SINGULAR_MASS_MATRIX = 5
     REDUNDANT_CONSTRAINTS = 6
+    CONTACT_UNRESOLVED = 7
+    MAX_EVENTS_REACHED = 8
 
 
 _MESSAGES = {
@@ -48,6 +53,12 @@ _MESSAGES = {
     Status.REDUNDANT_CONSTRAINTS: "method='cholesky' met linearly dependent (redundant) "
     "constraint rows during the run (the solve stopped there): use method='svd', which handles "
     "any rank.",
+    Status.CONTACT_UNRESOLVED: "At an event no choice of open, sliding and sticking contacts solved "
+    "the contact problem (Painlevé's paradox: sliding friction that no normal force balances, or "
+    "a search that did not settle); the run stopped there. Check the friction coefficients and "
+    "the contact geometry.",
+    Status.MAX_EVENTS_REACHED: "The run met max_events contact events (impacts, releases, "
+    "stick–slip changes) before t1: raise max_events.",
 }
 
 # Components of the health record integrated beside the state: each integrates an indicator,
@@ -73,6 +84,9 @@ class Solution(eqx.Module):
       `None` for a system without constraints.
     - `status`: a [`ukjax.Status`][] code (integer array; one per member of a batch).
     - `stats`: diffrax's statistics (number of steps and so on).
+    - `contacts`: for a system with unilateral constraints, a [`ukjax.ContactRecord`][]
+      (gaps, modes and forces at the saved times, the events and their impulses, the
+      largest penetration); None otherwise.
     """
 
     ts: Float[Array, " k"]
@@ -82,6 +96,7 @@ class Solution(eqx.Module):
     phid: Float[Array, "k p"] | None
     status: Int[Array, ""]
     stats: dict
+    contacts: ContactRecord | None = None
 
     @property
     def success(self) -> Array:
@@ -157,8 +172,10 @@ def _vector_field(s, y, args):
 @eqx.filter_jit
 def _rates(s, q, qd, args):
     # in the normalised time s = (t - t0) / (t1 - t0) of `_simulate`
-    system, t0, span = args
-    sol = system.solve(t0 + s * span, q, qd)
+    system, t0, span, modes = args
+    t = t0 + s * span
+    # between events the contacts keep the modes the simulation chose (`_events`)
+    sol = system.solve(t, q, qd) if modes is None else solve_dynamics(system.dynamics(t, q, qd), modes)
     # Results follow the state's dtype even where the model's parameters are wider.
     qdd = sol.acceleration.astype(qd.dtype)
     nonfinite = ~(jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)))
@@ -244,6 +261,7 @@ def simulate(
     dt0: Real[ArrayLike, ""] | None = None,
     adaptive: bool = True,
     max_steps: int = 100_000,
+    max_events: int = 256,
     adjoint: diffrax.AbstractAdjoint | None = None,
     throw: bool = True,
     progress_meter: diffrax.AbstractProgressMeter | None = None,
@@ -268,7 +286,10 @@ def simulate(
     - `rtol`, `atol`: tolerances of the adaptive step-size controller.
     - `dt0`: initial step (required for fixed steps).
     - `adaptive`: `False` for fixed steps of size `dt0`.
-    - `max_steps`: the most steps the solver may take.
+    - `max_steps`: the most steps the solver may take (per smooth stretch, with unilateral
+      constraints).
+    - `max_events`: with unilateral constraints, the most events (impacts, releases,
+      stick–slip changes) in the run.
     - `adjoint`: a diffrax adjoint for gradients (default: checkpointed reverse mode;
       `diffrax.ForwardMode()` for forward-mode Jacobians).
     - `throw`: raise a `RuntimeError` on failure; pass `False` under `vmap` and read `status`.
@@ -299,6 +320,8 @@ def simulate(
         raise ValueError("Fixed-step integration (adaptive=False) needs a step size dt0.")
     if adaptive and isinstance(solver, RK4):
         raise ValueError("ukjax.RK4 has no error estimate: use it with adaptive=False and dt0.")
+    levels = eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0)
+    events = any(level.contacts is not None for level in levels)
     arguments = (
         system,
         q0,
@@ -316,7 +339,10 @@ def simulate(
         diffrax.NoProgressMeter() if progress_meter is None else progress_meter,
     )
     try:
-        solution = _simulate(*arguments)
+        if events:
+            solution = _simulate_events(*arguments[:-2], max_events, *arguments[-2:])
+        else:
+            solution = _simulate(*arguments)
     except TypeError as error:
         if "forward-mode autodiff" not in str(error):
             raise
@@ -388,7 +414,7 @@ def _simulate(
         s1,
         dt0,
         (q0, qd0, jnp.zeros(4, q0.dtype)),
-        args=(system, t0, span),
+        args=(system, t0, span, None),
         saveat=diffrax.SaveAt(
             subs=[diffrax.SubSaveAt(ts=saves), diffrax.SubSaveAt(t1=True)], controller_state=True
         ),
@@ -409,3 +435,216 @@ def _simulate(
     violation = jax.vmap(system.violation)(ts, q, qd)
     phi, phid = (None, None) if violation is None else violation
     return Solution(ts, q, qd, phi, phid, status, sol.stats)
+
+
+# Event values are kept this far above zero where a mode begins: diffrax's events fire when a
+# value goes from positive to non-positive, and a mode begins where its own condition is zero
+# (a contact released at λₙ = 0, a slide started at zero slip). Gaps and slip speeds in the
+# model's units; forces relative to the largest at the segment's start.
+_GAP_OFFSET = 1e-12
+_FORCE_OFFSET = 1e-10
+
+
+def _contact_state(system, t, q, qd, modes=None):
+    """`(dynamics, contact level, (modes, ContactSolution, converged))` at one state."""
+    d = system.dynamics(t, q, qd)
+    _, contacts = solve_levels(d, modes)
+    return d, d.levels[-1], contacts
+
+
+def _event_value(s, y, args, **kwargs):
+    """Positive while every contact's mode holds: an open contact's gap, a closed one's
+    normal force, a sticking one's margin inside the friction cone, a sliding one's slip
+    along the direction it started in."""
+    system, t0, span, modes, force_offset = args
+    q, qd, _ = y
+    _, level, (_, sol, _) = _contact_state(system, t0 + s * span, q, qd, modes)
+    c = level.contacts
+    slip = jnp.einsum("kd,kd->k", c.tangent.phid.reshape(-1, 2), modes.direction)
+    friction = c.friction > 0
+    values = [
+        jnp.where(modes.mode == OPEN, c.normal.phi + _GAP_OFFSET, jnp.inf),
+        jnp.where(modes.mode != OPEN, sol.normal + force_offset, jnp.inf),
+        jnp.where(
+            (modes.mode == STICKING) & friction,
+            c.friction * sol.normal - jnp.linalg.norm(sol.tangent, axis=-1) + force_offset,
+            jnp.inf,
+        ),
+        jnp.where((modes.mode == SLIDING) & friction, slip + _GAP_OFFSET, jnp.inf),
+    ]
+    return jnp.min(jnp.stack(values))
+
+
+def _transition(system, t, q, qd, rest_speed):
+    """What happens at an event: impacts by Newton's law (the velocity-level complementarity
+    problem, equality rows and resting contacts held), the touching contacts and the
+    equality rows projected back onto `Φ = 0`, `g = 0` (two mass-weighted Gauss–Newton
+    steps), and the modes that hold from there.
+
+    **Returns:**
+
+    `(q, qd, modes, impulses, penetration, converged)`.
+    """
+    d = system.dynamics(t, q, qd)
+    level = d.levels[-1]
+    c = level.contacts
+    k = c.size
+    approach = c.normal.phid
+    # Newton's law, except for impacts too slow to bounce measurably (Zeno's accumulation)
+    e = jnp.where(-approach * c.restitution > rest_speed, c.restitution, 0)
+    velocity_rows = lambda rows, target: eqx.tree_at(lambda r: r.b, rows, target)  # noqa: E731
+    contacts = eqx.tree_at(
+        lambda c: (c.normal, c.tangent),
+        c,
+        (
+            velocity_rows(c.normal, -approach - e * jnp.minimum(approach, 0)),
+            velocity_rows(c.tangent, -c.tangent.phid),
+        ),
+    )
+    equalities = velocity_rows(level.rows, -level.rows.phid)
+    touching = (c.normal.phi <= TOUCH) & (approach <= TOUCH)
+    _, jump, converged = select_modes(
+        d.M, jnp.zeros_like(d.Q), equalities, contacts, touching, c.tangent.phid.reshape(k, 2)
+    )
+    qd = qd + jump.x
+    penetration = jnp.max(-c.normal.phi, initial=0)
+
+    def newton(q, _):
+        level = system.constraint_levels(t, q, qd)[-1]
+        c = level.contacts
+        touching = c.normal.phi <= TOUCH
+        A = jnp.concatenate([level.rows.A, jnp.where(touching[:, None], c.normal.A, 0)])
+        r = jnp.concatenate([level.rows.phi, jnp.where(touching, c.normal.phi, 0)])
+        L = la.cholesky(system.mass_matrix(t, q))
+        B = la.solve_lower(L, A.T).T
+        return q - la.solve_lower(L, la.pinv_solve(B, r[:, None])[:, 0], transpose=True), None
+
+    q, _ = jax.lax.scan(newton, q, None, length=2)
+    modes, _, settled = _contact_state(system, t, q, qd)[2]
+    return q, qd, modes, jump.normal, penetration, converged & settled
+
+
+@jit
+def _simulate_events(
+    system, q0, qd0, t0, t1, ts, solver, rtol, atol, dt0, adaptive, max_steps, max_events, adjoint, progress_meter
+):
+    """`_simulate` for a system with unilateral constraints: diffrax integrates each smooth
+    stretch at its full order with the contacts' modes fixed, stops where a mode stops
+    holding (`_event_value` crosses zero, located by Newton's method on the dense output),
+    and `_transition` applies the impact and chooses the next modes."""
+    controller = diffrax.PIDController(rtol=rtol, atol=atol) if adaptive else diffrax.ConstantStepSize()
+    span = t1 - t0
+    scale = jnp.where(span == 0, 1.0, span)
+    if dt0 is not None:
+        dt0 = dt0 / scale
+    saves = (ts - t0) / scale
+    rest_speed = jnp.sqrt(atol)
+    k = ts.shape[0]
+    time = lambda s: t0 + s * span  # noqa: E731
+
+    q, qd, modes, impulses, penetration, converged = _transition(system, t0, q0, qd0, rest_speed)
+    c = modes.mode.shape[0]
+    dtype = q0.dtype
+    records = (
+        jnp.full((k,) + q0.shape, jnp.inf, dtype),
+        jnp.full((k,) + q0.shape, jnp.inf, dtype),
+        jnp.zeros((k, c), jnp.int32),
+        jnp.zeros((k, c, 2), dtype),
+    )
+    init = dict(
+        s=jnp.zeros((), dtype),
+        q=q,
+        qd=qd,
+        modes=modes,
+        health=jnp.zeros(4, dtype),
+        records=records,
+        filled=jnp.zeros(k, bool),
+        count=jnp.zeros((), jnp.int32),
+        event_times=jnp.full(max_events, jnp.inf, dtype),
+        impulses=jnp.zeros((max_events, c), dtype),
+        penetration=penetration,
+        converged=converged,
+        result=diffrax.RESULTS.successful,
+        steps=jnp.zeros((), jnp.int32),
+    )
+
+    def cond(state):
+        return (state["s"] < 1) & state["converged"] & (state["result"] == diffrax.RESULTS.successful) & (
+            state["count"] < max_events
+        )
+
+    def body(state):
+        s0, modes = state["s"], state["modes"]
+        _, _, (_, sol0, _) = _contact_state(system, time(s0), state["q"], state["qd"], modes)
+        force_offset = _FORCE_OFFSET * (1 + jnp.max(jnp.abs(sol0.normal), initial=0))
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(_vector_field),
+            solver,
+            s0,
+            jnp.ones((), dtype),
+            dt0,
+            (state["q"], state["qd"], state["health"]),
+            args=(system, t0, span, modes),
+            saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=jnp.clip(saves, s0, 1)), diffrax.SubSaveAt(t1=True)]),
+            stepsize_controller=_StopAtFault(controller),
+            event=diffrax.Event(
+                lambda t, y, args, **kwargs: _event_value(t, y, args + (force_offset,)),
+                optx.Newton(rtol=1e-12, atol=1e-14),
+                direction=False,
+            ),
+            max_steps=max_steps,
+            adjoint=adjoint,
+            throw=False,
+            progress_meter=progress_meter,
+        )
+        (qs, qds, _), (s1, y1) = (sol.ys[0], (sol.ts[1][-1], sol.ys[1]))
+        q1, qd1, health = (x[-1] for x in y1)
+        new = (saves >= s0) & (saves <= s1) & ~state["filled"]
+        records = tuple(
+            jnp.where(new.reshape((k,) + (1,) * (old.ndim - 1)), value, old)
+            for old, value in zip(
+                state["records"],
+                (qs, qds, jnp.broadcast_to(modes.mode, (k, c)), jnp.broadcast_to(modes.direction, (k, c, 2))),
+            )
+        )
+        event = s1 < 1
+        q2, qd2, modes2, jump, penetration, converged = _transition(system, time(s1), q1, qd1, rest_speed)
+        count = state["count"]
+        keep = lambda a, b: jax.tree.map(lambda x, y: jnp.where(event, x, y), a, b)  # noqa: E731
+        return dict(
+            s=s1,
+            q=jnp.where(event, q2, q1),
+            qd=jnp.where(event, qd2, qd1),
+            modes=keep(modes2, modes),
+            health=health,
+            records=records,
+            filled=state["filled"] | new,
+            count=count + event,
+            event_times=state["event_times"].at[count].set(jnp.where(event, time(s1), jnp.inf)),
+            impulses=state["impulses"].at[count].set(jnp.where(event, jump, 0)),
+            penetration=jnp.maximum(state["penetration"], jnp.where(event, penetration, 0)),
+            converged=converged | ~event,
+            result=diffrax.RESULTS.where(sol.result == diffrax.RESULTS.event_occurred, diffrax.RESULTS.successful, sol.result),
+            steps=state["steps"] + sol.stats["num_steps"],
+        )
+
+    final = eqxi.while_loop(cond, body, init, max_steps=max_events + 1, kind="checkpointed")
+    q, qd, mode, direction = final["records"]
+    start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
+    status = _status(final["result"], start_finite, final["health"], q, qd)
+    status = jnp.where(
+        (status == Status.SUCCESS) & ~final["converged"], Status.CONTACT_UNRESOLVED, status
+    )
+    status = jnp.where(
+        (status == Status.SUCCESS) & (final["s"] < 1), Status.MAX_EVENTS_REACHED, status
+    ).astype(jnp.int32)
+
+    def saved(t, q, qd, mode, direction):
+        d, level, (_, sol, _) = _contact_state(system, t, q, qd, Modes(mode, direction))
+        return level.contacts.normal.phi, sol.normal, sol.tangent
+
+    gap, normal, tangent = jax.vmap(saved)(ts, q, qd, mode, direction)
+    penetration = jnp.maximum(final["penetration"], jnp.max(jnp.where(jnp.isfinite(gap), -gap, 0), initial=0))
+    violation = jax.vmap(system.violation)(ts, q, qd)
+    record = ContactRecord(gap, mode, normal, tangent, final["event_times"], final["impulses"], penetration)
+    return Solution(ts, q, qd, *violation, status, {"num_steps": final["steps"]}, record)

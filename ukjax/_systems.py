@@ -17,6 +17,7 @@ from ._arrays import as_inexact
 from ._constraints import AbstractConstraint, Baumgarte, ConstraintRows, stack_rows
 from ._core import Method, UKSolution, check_method, check_shapes, free_solve, uk_solve
 from ._projection import Projection, project
+from ._unilateral import AbstractUnilateral, ContactRows, Modes, candidates, concatenate, select_modes, sliding_now, solve_modes
 
 Time = Real[ArrayLike, ""]
 Coordinates = Float[Array, " n"]
@@ -30,11 +31,14 @@ class ConstraintLevel(NamedTuple):
     - `rows`: the stacked rows, `b` already stabilized.
     - `nonideal`: the non-ideal constraint force specification `c` (n,), or None.
     - `method`: the pseudo-inverse route of this solve.
+    - `contacts`: the unilateral constraints solved with these rows (the last level's only),
+      or None.
     """
 
     rows: ConstraintRows
     nonideal: Float[Array, " n"] | None
     method: Method
+    contacts: ContactRows | None = None
 
 
 class Dynamics(NamedTuple):
@@ -55,23 +59,68 @@ class Dynamics(NamedTuple):
     levels: tuple[ConstraintLevel, ...]
 
 
-def solve_dynamics(d: Dynamics) -> UKSolution:
-    """The acceleration from `Dynamics`, level by level, with the diagnostics of every solve."""
+def solve_contacts(M, Q, level: ConstraintLevel, modes: Modes | None = None):
+    """A level with unilateral constraints: for the given modes (the simulation's, between
+    events), or for the modes that solve the complementarity problem at this state.
+
+    **Returns:**
+
+    `(modes, solution, converged)` as `select_modes` gives them.
+    """
+    contacts = level.contacts
+    if level.nonideal is not None:
+        Q = Q + level.nonideal  # the U-K non-ideal term is this force's share off the rows
+    if modes is None:
+        return select_modes(M, Q, level.rows, contacts, candidates(contacts), contacts.tangent.phid.reshape(-1, 2))
+    modes = sliding_now(modes, contacts)
+    sol = solve_modes(M, Q, level.rows, contacts, modes)
+    return modes, sol, sol.solvable
+
+
+def solve_levels(d: Dynamics, modes: Modes | None = None) -> tuple[UKSolution, tuple | None]:
+    """The acceleration from `Dynamics`, level by level, with the diagnostics of every solve;
+    the unilateral constraints of the last level in the given `modes` (default: the modes
+    that solve the complementarity problem at this state).
+
+    **Returns:**
+
+    `(solution, contacts)`: a `UKSolution`, and `(modes, ContactSolution, converged)` for
+    the unilateral constraints (None without any).
+    """
     if not d.levels:
-        return free_solve(d.M, d.Q)
-    Q, sols = d.Q, []
+        return free_solve(d.M, d.Q), None
+    Q, sols, contacts = d.Q, [], None
     for level in d.levels:
         check_shapes(d.M, Q, level.rows.A, level.rows.b, level.nonideal)
-        sol = uk_solve(d.M, Q, level.rows.A, level.rows.b, level.nonideal, level.method)
+        if level.contacts is None:
+            sol = uk_solve(d.M, Q, level.rows.A, level.rows.b, level.nonideal, level.method)
+        else:
+            contacts = solve_contacts(d.M, Q, level, modes)
+            _, c, converged = contacts
+            # no modes solving the contact problem (Painlevé's paradox, or a search that did
+            # not end) read as constraints that cannot be met
+            sol = UKSolution(
+                c.x,
+                c.constraint_force + (0 if level.nonideal is None else level.nonideal),
+                jnp.where(converged, c.inconsistency, jnp.inf),
+                c.mass_ok,
+                jnp.array(True),
+            )
         Q = Q + sol.constraint_force
         sols.append(sol)
-    return UKSolution(
+    solution = UKSolution(
         sols[-1].acceleration,
         Q - d.Q,
         functools.reduce(jnp.maximum, [sol.inconsistency for sol in sols]),
         functools.reduce(jnp.logical_and, [sol.mass_ok for sol in sols]),
         functools.reduce(jnp.logical_and, [sol.rank_ok for sol in sols]),
     )
+    return solution, contacts
+
+
+def solve_dynamics(d: Dynamics, modes: Modes | None = None) -> UKSolution:
+    """The acceleration from `Dynamics` with the diagnostics of every solve (`solve_levels`)."""
+    return solve_levels(d, modes)[0]
 
 
 class AbstractSystem(eqx.Module):
@@ -155,15 +204,21 @@ class AbstractSystem(eqx.Module):
         `(phi, phid)`, each shape (p,) over all rows (inner systems' rows first):
         `phi` the position-level residual (holonomic rows; zero for others) and `phid` the
         velocity-level residual (`φ̇` for holonomic rows, `ψ` for first-order rows; zero for
-        acceleration-level rows). None for a system without constraints.
+        acceleration-level rows). A level's unilateral constraints follow its rows, each
+        with `min(g, 0)` (the penetration) and zero. None for a system without constraints.
         """
         levels = self.constraint_levels(t, q, qd)
         if not levels:
             return None
-        return (
-            jnp.concatenate([level.rows.phi for level in levels]),
-            jnp.concatenate([level.rows.phid for level in levels]),
-        )
+        phi, phid = [], []
+        for level in levels:
+            phi.append(level.rows.phi)
+            phid.append(level.rows.phid)
+            if level.contacts is not None:
+                # a unilateral row is violated only by penetration
+                phi.append(jnp.minimum(level.contacts.normal.phi, 0))
+                phid.append(jnp.zeros_like(level.contacts.normal.phi))
+        return jnp.concatenate(phi), jnp.concatenate(phid)
 
 
 def check_state(system: AbstractSystem, q: ArrayLike, qd: ArrayLike, batch: bool = False) -> tuple[Array, Array]:
@@ -281,10 +336,15 @@ class LagrangianSystem(AbstractUnconstrainedSystem):
 
 
 def merge(levels: Sequence[ConstraintLevel], method: Method) -> ConstraintLevel:
-    """Several levels as one: rows stacked, non-ideal terms added."""
+    """Several levels as one: rows and contacts stacked, non-ideal terms added."""
     rows = jax.tree.map(lambda *xs: jnp.concatenate(xs), *(level.rows for level in levels))
     nonideal = [level.nonideal for level in levels if level.nonideal is not None]
-    return ConstraintLevel(rows, functools.reduce(jnp.add, nonideal) if nonideal else None, method)
+    return ConstraintLevel(
+        rows,
+        functools.reduce(jnp.add, nonideal) if nonideal else None,
+        method,
+        concatenate([level.contacts for level in levels]),
+    )
 
 
 class ConstrainedSystem(AbstractSystem):
@@ -359,11 +419,22 @@ class ConstrainedSystem(AbstractSystem):
         return join(self.system.sketch(t, q), *(c.sketch(self.system, t, q) for c in self.constraints))
 
     def rows(self, t: Time, q: Coordinates, qd: Coordinates) -> ConstraintRows:
-        """The stacked rows of this level's constraints (not the inner ones), `b` stabilized."""
-        rows = stack_rows(self.constraints, self.system, t, q, qd)
+        """The stacked rows of this level's equality constraints (not the inner ones, not the
+        unilateral ones), `b` stabilized."""
+        equalities = [c for c in self.constraints if not isinstance(c, AbstractUnilateral)]
+        if not equalities:
+            zeros = jnp.zeros(0, q.dtype)
+            return ConstraintRows(jnp.zeros((0, q.shape[0]), q.dtype), zeros, zeros, zeros)
+        rows = stack_rows(equalities, self.system, t, q, qd)
         if self.stabilization is not None:
             rows = eqx.tree_at(lambda r: r.b, rows, self.stabilization.apply(rows))
         return rows
+
+    def contact_rows(self, t: Time, q: Coordinates, qd: Coordinates) -> ContactRows | None:
+        """The rows of this level's unilateral constraints (None without any)."""
+        return concatenate(
+            [c.contact_rows(self.system, t, q, qd) for c in self.constraints if isinstance(c, AbstractUnilateral)]
+        )
 
     def mass_matrix(self, t, q):
         return self.system.mass_matrix(t, q)
@@ -374,7 +445,12 @@ class ConstrainedSystem(AbstractSystem):
     def _with_own(self, inner: tuple[ConstraintLevel, ...], t, q, qd) -> tuple[ConstraintLevel, ...]:
         """The inner levels with these constraints joined to the last one (or after it)."""
         c = None if self.nonideal is None else jnp.asarray(self.nonideal(t, q, qd))
-        own = ConstraintLevel(self.rows(t, q, qd), c, self.method)
+        own = ConstraintLevel(self.rows(t, q, qd), c, self.method, self.contact_rows(t, q, qd))
+        if inner and inner[-1].contacts is not None and self.sequential:
+            raise ValueError(
+                "A sequential ConstrainedSystem cannot wrap unilateral constraints: contacts are "
+                "solved with the last level's rows, so put them in the outer system."
+            )
         if self.sequential or not inner:
             return inner + (own,)
         return inner[:-1] + (merge([inner[-1], own], self.method),)
