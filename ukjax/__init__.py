@@ -46,6 +46,12 @@ from ._systems import (
     Forced as Forced,
     LagrangianSystem as LagrangianSystem,
 )
+from ._unilateral import (
+    AbstractUnilateral as AbstractUnilateral,
+    ContactRecord as ContactRecord,
+    ContactRows as ContactRows,
+    Unilateral as Unilateral,
+)
 from ._tuning import real_stability_limit as real_stability_limit, tune_baumgarte as tune_baumgarte
 
 __version__ = "0.1.0"

@@ -186,7 +186,9 @@ class GramFactor(NamedTuple):
     independent: Bool[Array, ""]
 
 
-def gram_factor(B: Float[Array, "p n"], floor: float, *, drop_zero_rows: bool = False) -> GramFactor:
+def gram_factor(
+    B: Float[Array, "p n"], floor: float, *, drop_zero_rows: bool = False, unroll: bool | None = None
+) -> GramFactor:
     """The Cholesky factor of `B`'s row-normalised Gram matrix.
 
     Rows shorter than `jnp.linalg.pinv`'s cutoff relative to the longest row count as zero:
@@ -202,6 +204,7 @@ def gram_factor(B: Float[Array, "p n"], floor: float, *, drop_zero_rows: bool = 
       `method="cholesky"`). True: it is left out (a unit pivot in `G`, zero in `unit`), as the
       pseudo-inverse leaves it out: `B⁺` has a zero column there. A planar loop written in
       3D has such a row at every state.
+    - `unroll`: whether to use the unrolled kernels (default: by size, `unrolled`).
 
     **Returns:**
 
@@ -214,7 +217,7 @@ def gram_factor(B: Float[Array, "p n"], floor: float, *, drop_zero_rows: bool = 
     norms = jnp.where(nonzero, norms, 1)
     unit = jnp.where(nonzero[:, None], B, 0) / norms[:, None]
     absent = jnp.where(nonzero, 0.0, 1.0) if drop_zero_rows else jnp.zeros(p, B.dtype)
-    if not unrolled(max(p, n)):
+    if not (unrolled(max(p, n)) if unroll is None else unroll):
         G, pivots = _loop_cholesky(unit @ unit.T + jnp.diag(absent), floor)
         return GramFactor(norms, unit, G, jnp.all(pivots > floor))
     rows = _entries(unit)
@@ -275,17 +278,18 @@ def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array
     return w, v, jnp.where(sigma2 > cutoff, 1 / jnp.where(sigma2 > 0, sigma2, 1), 0)
 
 
-def _operator(B: Float[Array, "p n"], robust: bool):
+def _operator(B: Float[Array, "p n"], robust: bool, unroll: bool | None = None):
     """`X ↦ B⁺ X` and `Y ↦ B⁺ᵀ Y`, for `X` (p, k) and `Y` (n, k)."""
     p, n = B.shape
+    unroll = unrolled(max(p, n)) if unroll is None else unroll
     # The robust route factors only well separated rows (the SVD takes the rest); the fast one
     # is only ever given independent rows (`uk_solve` checks them with the same factor).
     factor = gram_factor(
-        B, _WELL_CONDITIONED if robust else rank_tolerance(p, B.dtype), drop_zero_rows=robust
+        B, _WELL_CONDITIONED if robust else rank_tolerance(p, B.dtype), drop_zero_rows=robust, unroll=unroll
     )
     well, d, U = factor.independent, factor.norms, factor.unit
     # B̂ = D⁻¹ B, B⁺ = B̂ᵀ (B̂ B̂ᵀ)⁻¹ D⁻¹ for independent rows
-    if unrolled(max(p, n)):
+    if unroll:
         G, rows = _entries(factor.G), _entries(U)
 
         def column(X):
@@ -352,3 +356,43 @@ def _pinv_solve_jvp(robust, primals, tangents):
     S = dB.T @ apply_T(Z)
     dZ = apply(dX - dB @ Z + apply_T(dB.T @ (X - B @ Z)) - B @ S) + S
     return Z, dZ
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def pinv_solve_multipliers(
+    B: Float[Array, "p n"], X: Float[Array, "p k"], unroll: bool | None = None
+) -> tuple[Float[Array, "n k"], Float[Array, "p k"]]:
+    """`(Z, Λ) = (B⁺ X, B⁺ᵀ B⁺ X)` from one factorization: the minimum-norm solutions of
+    `B z = x` and the minimum-norm multipliers `λ` with `Bᵀ λ = z` (what a constraint
+    force `z` is made of, row by row), with the pseudo-inverse's derivative (exact where the
+    rank does not change). Robust route, as `pinv_solve`.
+
+    **Arguments:**
+
+    - `B`: a `(p, n)` matrix of any rank.
+    - `X`: right-hand sides, shape `(p, k)`.
+    - `unroll`: whether to use the unrolled kernels (default: by size).
+
+    **Returns:**
+
+    `(Z, Λ)`, shapes `(n, k)` and `(p, k)`.
+    """
+    apply, apply_T = _operator(B, True, unroll)
+    Z = apply(X)
+    return Z, apply_T(Z)
+
+
+@pinv_solve_multipliers.defjvp
+def _pinv_solve_multipliers_jvp(unroll, primals, tangents):
+    (B, X), (dB, dX) = primals, tangents
+    apply, apply_T = _operator(B, True, unroll)
+    Z = apply(X)
+    Lam = apply_T(Z)
+    # dZ as in `pinv_solve`; dΛ = (dB⁺)ᵀ Z + B⁺ᵀ dZ with Golub & Pereyra's dB⁺ transposed:
+    # (dB⁺)ᵀ = −B⁺ᵀ dBᵀ B⁺ᵀ + (I − B B⁺) dB B⁺ B⁺ᵀ + B⁺ᵀ B⁺ dB (I − B⁺B).
+    S = dB.T @ Lam
+    dZ = apply(dX - dB @ Z + apply_T(dB.T @ (X - B @ Z)) - B @ S) + S
+    u = dB @ apply(Lam)
+    w = dB @ (Z - apply(B @ Z))
+    dLam = -apply_T(S) + u - B @ apply(u) + apply_T(apply(w)) + apply_T(dZ)
+    return (Z, Lam), (dZ, dLam)

@@ -478,12 +478,12 @@ def _event_value(s, y, args, **kwargs):
 def _transition(system, t, q, qd, rest_speed):
     """What happens at an event: impacts by Newton's law (the velocity-level complementarity
     problem, equality rows and resting contacts held), the touching contacts and the
-    equality rows projected back onto `Φ = 0`, `g = 0` (two mass-weighted Gauss–Newton
+    equality rows projected back onto `Φ = 0`, `g = 0` (two minimum-norm Gauss–Newton
     steps), and the modes that hold from there.
 
     **Returns:**
 
-    `(q, qd, modes, impulses, penetration, converged)`.
+    `(q, qd, modes, impulses, normal forces, penetration, converged)`.
     """
     d = system.dynamics(t, q, qd)
     level = d.levels[-1]
@@ -503,9 +503,8 @@ def _transition(system, t, q, qd, rest_speed):
     )
     equalities = velocity_rows(level.rows, -level.rows.phid)
     touching = (c.normal.phi <= TOUCH) & (approach <= TOUCH)
-    _, jump, converged = select_modes(
-        d.M, jnp.zeros_like(d.Q), equalities, contacts, touching, c.tangent.phid.reshape(k, 2)
-    )
+    # an impact may stop a contact's slip (Coulomb's law for impulses): all may stick
+    _, jump, converged = select_modes(d.M, jnp.zeros_like(d.Q), equalities, contacts, touching, jnp.zeros((k, 2), qd.dtype))
     qd = qd + jump.x
     penetration = jnp.max(-c.normal.phi, initial=0)
 
@@ -515,13 +514,11 @@ def _transition(system, t, q, qd, rest_speed):
         touching = c.normal.phi <= TOUCH
         A = jnp.concatenate([level.rows.A, jnp.where(touching[:, None], c.normal.A, 0)])
         r = jnp.concatenate([level.rows.phi, jnp.where(touching, c.normal.phi, 0)])
-        L = la.cholesky(system.mass_matrix(t, q))
-        B = la.solve_lower(L, A.T).T
-        return q - la.solve_lower(L, la.pinv_solve(B, r[:, None])[:, 0], transpose=True), None
+        return q - la.pinv_solve_multipliers(A, r[:, None], False)[0][:, 0], None
 
     q, _ = jax.lax.scan(newton, q, None, length=2)
-    modes, _, settled = _contact_state(system, t, q, qd)[2]
-    return q, qd, modes, jump.normal, penetration, converged & settled
+    modes, sol, settled = _contact_state(system, t, q, qd)[2]
+    return q, qd, modes, jump.normal, sol.normal, penetration, converged & settled
 
 
 @jit
@@ -542,28 +539,30 @@ def _simulate_events(
     k = ts.shape[0]
     time = lambda s: t0 + s * span  # noqa: E731
 
-    q, qd, modes, impulses, penetration, converged = _transition(system, t0, q0, qd0, rest_speed)
-    c = modes.mode.shape[0]
     dtype = q0.dtype
+    c = eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0)[-1].contacts.size
     records = (
         jnp.full((k,) + q0.shape, jnp.inf, dtype),
         jnp.full((k,) + q0.shape, jnp.inf, dtype),
         jnp.zeros((k, c), jnp.int32),
         jnp.zeros((k, c, 2), dtype),
     )
+    # The start is resolved as an event is (a ball dropped resting, a start inside a limit),
+    # by the loop's first pass: one copy of the transition in the program.
     init = dict(
         s=jnp.zeros((), dtype),
-        q=q,
-        qd=qd,
-        modes=modes,
+        q=q0,
+        qd=qd0,
+        modes=Modes(jnp.zeros(c, jnp.int32), jnp.zeros((c, 2), dtype)),
+        start=jnp.array(True),
         health=jnp.zeros(4, dtype),
         records=records,
         filled=jnp.zeros(k, bool),
         count=jnp.zeros((), jnp.int32),
         event_times=jnp.full(max_events, jnp.inf, dtype),
         impulses=jnp.zeros((max_events, c), dtype),
-        penetration=penetration,
-        converged=converged,
+        penetration=jnp.zeros((), dtype),
+        converged=jnp.array(True),
         result=diffrax.RESULTS.successful,
         steps=jnp.zeros((), jnp.int32),
     )
@@ -574,16 +573,22 @@ def _simulate_events(
         )
 
     def body(state):
-        s0, modes = state["s"], state["modes"]
-        _, _, (_, sol0, _) = _contact_state(system, time(s0), state["q"], state["qd"], modes)
-        force_offset = _FORCE_OFFSET * (1 + jnp.max(jnp.abs(sol0.normal), initial=0))
+        s0, count, start = state["s"], state["count"], state["start"]
+        q, qd, modes, jump, normal, penetration, converged = _transition(
+            system, time(s0), state["q"], state["qd"], rest_speed
+        )
+        # the events are counted from the first transition after the start
+        event_times = state["event_times"].at[count].set(jnp.where(start, jnp.inf, time(s0)))
+        impulses = state["impulses"].at[count].set(jnp.where(start, 0, jump))
+        count = count + ~start
+        force_offset = _FORCE_OFFSET * (1 + jnp.max(jnp.abs(normal), initial=0))
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(_vector_field),
             solver,
             s0,
             jnp.ones((), dtype),
             dt0,
-            (state["q"], state["qd"], state["health"]),
+            (q, qd, state["health"]),
             args=(system, t0, span, modes),
             saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=jnp.clip(saves, s0, 1)), diffrax.SubSaveAt(t1=True)]),
             stepsize_controller=_StopAtFault(controller),
@@ -607,24 +612,23 @@ def _simulate_events(
                 (qs, qds, jnp.broadcast_to(modes.mode, (k, c)), jnp.broadcast_to(modes.direction, (k, c, 2))),
             )
         )
-        event = s1 < 1
-        q2, qd2, modes2, jump, penetration, converged = _transition(system, time(s1), q1, qd1, rest_speed)
-        count = state["count"]
-        keep = lambda a, b: jax.tree.map(lambda x, y: jnp.where(event, x, y), a, b)  # noqa: E731
         return dict(
             s=s1,
-            q=jnp.where(event, q2, q1),
-            qd=jnp.where(event, qd2, qd1),
-            modes=keep(modes2, modes),
+            q=q1,
+            qd=qd1,
+            modes=modes,
+            start=jnp.array(False),
             health=health,
             records=records,
             filled=state["filled"] | new,
-            count=count + event,
-            event_times=state["event_times"].at[count].set(jnp.where(event, time(s1), jnp.inf)),
-            impulses=state["impulses"].at[count].set(jnp.where(event, jump, 0)),
-            penetration=jnp.maximum(state["penetration"], jnp.where(event, penetration, 0)),
-            converged=converged | ~event,
-            result=diffrax.RESULTS.where(sol.result == diffrax.RESULTS.event_occurred, diffrax.RESULTS.successful, sol.result),
+            count=count,
+            event_times=event_times,
+            impulses=impulses,
+            penetration=jnp.maximum(state["penetration"], penetration),
+            converged=converged,
+            result=diffrax.RESULTS.where(
+                sol.result == diffrax.RESULTS.event_occurred, diffrax.RESULTS.successful, sol.result
+            ),
             steps=state["steps"] + sol.stats["num_steps"],
         )
 
@@ -641,10 +645,13 @@ def _simulate_events(
 
     def saved(t, q, qd, mode, direction):
         d, level, (_, sol, _) = _contact_state(system, t, q, qd, Modes(mode, direction))
-        return level.contacts.normal.phi, sol.normal, sol.tangent
+        # `violation` from the same levels
+        rows = [(lv.rows.phi, lv.rows.phid) for lv in d.levels]
+        rows.append((jnp.minimum(level.contacts.normal.phi, 0), jnp.zeros_like(level.contacts.normal.phi)))
+        violation = tuple(jnp.concatenate(x) for x in zip(*rows))
+        return level.contacts.normal.phi, sol.normal, sol.tangent, violation
 
-    gap, normal, tangent = jax.vmap(saved)(ts, q, qd, mode, direction)
+    gap, normal, tangent, violation = jax.vmap(saved)(ts, q, qd, mode, direction)
     penetration = jnp.maximum(final["penetration"], jnp.max(jnp.where(jnp.isfinite(gap), -gap, 0), initial=0))
-    violation = jax.vmap(system.violation)(ts, q, qd)
     record = ContactRecord(gap, mode, normal, tangent, final["event_times"], final["impulses"], penetration)
     return Solution(ts, q, qd, *violation, status, {"num_steps": final["steps"]}, record)

@@ -11,6 +11,7 @@ ground floor (`_arrays`, `_constraints`, `_systems`, `_jit`, `_animate`):
   bodies' and points' motion, each reading one `Kinematics`;
 - `tree`: `RigidBodyTree`, the system;
 - `equalities`: `Connect`, `Weld`, `JointCoupling`, `TendonCoupling`, `SiteConstraint`;
+- `contacts`: joint limits and contacts of spheres, capsules and boxes with planes;
 - `actuators`: MuJoCo's actuators and the system they drive;
 - `model`: `Model`, what the importer (and the source papers' builders) return;
 - `mjcf`: the MJCF/URDF importer, by MuJoCo's own compiler.

@@ -9,6 +9,7 @@ import numpy as np
 from .._jit import jit
 from .._systems import ConstrainedSystem
 from .actuators import Actuators
+from .contacts import JointLimits, PlaneContacts
 from .equalities import Connect, JointCoupling, TendonCoupling, Weld
 from .model import Model
 from .tree import RigidBodyTree
@@ -68,15 +69,18 @@ def _disabled(mjm, *flags: str) -> bool:
     return any(mjm.opt.disableflags & int(getattr(mujoco.mjtDisableBit, f"mjDSBL_{f}")) for f in flags)
 
 
-def _colliding_pairs(mjm) -> int:
-    """The geom pairs MuJoCo's collision filter admits: different weld bodies, not parent and
-    child (unless `filterparent` is disabled or one is the world), not excluded, compatible
-    `contype`/`conaffinity`; plus explicit `<pair>`s."""
+def _colliding_pairs(mjm) -> list[tuple[int, int, float]]:
+    """The geom pairs MuJoCo's collision filter admits, with their sliding friction: different
+    weld bodies, not parent and child (unless `filterparent` is disabled or one is the world),
+    not excluded, compatible `contype`/`conaffinity` (friction: the higher `priority`'s, else
+    the larger); plus explicit `<pair>`s with their own."""
+    if _disabled(mjm, "CONSTRAINT") or _disabled(mjm, "CONTACT"):
+        return []
     weld, parent = mjm.body_weldid, mjm.body_weldid[mjm.body_parentid[mjm.body_weldid]]
     filter_parent = not _disabled(mjm, "FILTERPARENT")
     excluded = set(int(x) for x in mjm.exclude_signature)
     geoms = np.flatnonzero((mjm.geom_contype != 0) | (mjm.geom_conaffinity != 0))
-    count = int(mjm.npair)
+    found = [(int(a), int(b), float(mu)) for a, b, mu in zip(mjm.pair_geom1, mjm.pair_geom2, mjm.pair_friction[:, 0])]
     for k, g1 in enumerate(geoms):
         for g2 in geoms[k + 1 :]:
             b1, b2 = int(mjm.geom_bodyid[g1]), int(mjm.geom_bodyid[g2])
@@ -86,8 +90,64 @@ def _colliding_pairs(mjm) -> int:
             if ((min(b1, b2) << 16) + max(b1, b2)) in excluded:
                 continue
             if (mjm.geom_contype[g1] & mjm.geom_conaffinity[g2]) or (mjm.geom_contype[g2] & mjm.geom_conaffinity[g1]):
-                count += 1
-    return count
+                p1, p2 = mjm.geom_priority[g1], mjm.geom_priority[g2]
+                mu1, mu2 = mjm.geom_friction[g1, 0], mjm.geom_friction[g2, 0]
+                mu = mu1 if p1 > p2 else mu2 if p2 > p1 else max(mu1, mu2)
+                found.append((int(g1), int(g2), float(mu)))
+    return found
+
+
+def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
+    """The file's joint limits and its contacts of spheres, capsules and boxes with planes
+    fixed in the world, as exact unilateral constraints; what else could collide goes to
+    `notes`."""
+    import mujoco
+
+    out = []
+    limits_on = not (_disabled(mjm, "CONSTRAINT") or _disabled(mjm, "LIMIT"))
+    limited = [j for j in np.flatnonzero(mjm.jnt_limited) if _KINDS[int(mjm.jnt_type[j])] in ("hinge", "slide")]
+    if limited and limits_on:
+        names = [_name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint") for j in limited]
+        out.append(JointLimits(tree, names, mjm.jnt_range[limited, 0], mjm.jnt_range[limited, 1]))
+    cones = [
+        _name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint")
+        for j in np.flatnonzero(mjm.jnt_limited)
+        if _KINDS[int(mjm.jnt_type[j])] == "ball"
+    ]
+    if cones and limits_on:
+        notes.append(f"the cone limits of ball joints ({', '.join(cones)})")
+    geom = lambda g: _name(mjm, mujoco.mjtObj.mjOBJ_GEOM, g, "geom")  # noqa: E731
+    plane, sphere, capsule, box = (int(x) for x in (mujoco.mjtGeom.mjGEOM_PLANE, mujoco.mjtGeom.mjGEOM_SPHERE, mujoco.mjtGeom.mjGEOM_CAPSULE, mujoco.mjtGeom.mjGEOM_BOX))
+    spheres, others = [], []
+    for g1, g2, mu in _colliding_pairs(mjm):
+        if mjm.geom_type[g2] == plane:
+            g1, g2 = g2, g1
+        kind, body = int(mjm.geom_type[g2]), int(mjm.geom_bodyid[g2])
+        if mjm.geom_type[g1] != plane or mjm.geom_bodyid[g1] != 0 or kind not in (sphere, capsule, box) or body == 0:
+            others.append(f"{geom(g1)}–{geom(g2)}")
+            continue
+        R = _rotation(mjm.geom_quat[g2])
+        size = mjm.geom_size[g2]
+        if kind == sphere:
+            points, radius = [np.zeros(3)], size[0]
+        elif kind == capsule:
+            points, radius = [R[:, 2] * size[1], -R[:, 2] * size[1]], size[0]
+        else:
+            corners = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)]) * size
+            points, radius = list(corners @ R.T), 0.0
+        normal = _rotation(mjm.geom_quat[g1])[:, 2]
+        for i, point in enumerate(points):
+            label = f"{geom(g2)}–{geom(g1)}" + (f"[{i}]" if len(points) > 1 else "")
+            spheres.append((tree.body_names[body - 1], mjm.geom_pos[g2] + point, radius, normal, normal @ mjm.geom_pos[g1], mu, label))
+    if spheres:
+        bodies, centres, radii, normals, offsets, friction, labels = zip(*spheres)
+        out.append(PlaneContacts(tree, bodies, np.array(centres), np.array(radii), np.array(normals), np.array(offsets), np.array(friction), names=labels))
+    if others:
+        notes.append(
+            f"contacts other than spheres, capsules and boxes on planes fixed in the world ({len(others)} geom pairs: "
+            f"{', '.join(others[:6])}{', …' if len(others) > 6 else ''})"
+        )
+    return tuple(out)
 
 
 def _unsupported(mjm) -> list[str]:
@@ -97,12 +157,6 @@ def _unsupported(mjm) -> list[str]:
 
     found = []
     constraints_on = not _disabled(mjm, "CONSTRAINT")
-    pairs = _colliding_pairs(mjm) if constraints_on and not _disabled(mjm, "CONTACT") else 0
-    if pairs:
-        found.append(f"contacts ({pairs} geom pairs can collide)")
-    limited = [_name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint") for j in np.flatnonzero(mjm.jnt_limited)]
-    if limited and constraints_on and not _disabled(mjm, "LIMIT"):
-        found.append(f"joint limits ({', '.join(limited)})")
     if np.any(mjm.dof_frictionloss) and constraints_on and not _disabled(mjm, "FRICTIONLOSS"):
         found.append("joint friction loss")
     spatial = [_name(mjm, mujoco.mjtObj.mjOBJ_TENDON, t, "tendon") for t in range(mjm.ntendon) if not _fixed(mjm, t)]
@@ -362,6 +416,7 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
     notes = _unsupported(mjm)
     actuation, actuators = _actuation(mjm, tree, notes)
     constraints = _constraints(mjm, tree)
+    unilateral = _unilateral(mjm, tree, notes)
     if notes:
         warnings.warn(
             f"The {kind} model holds what ukjax does not model, left out: " + "; ".join(notes) + ".",
@@ -384,7 +439,9 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
         q0, qvel0 = mjm.key_qpos[index], mjm.key_qvel[index]
     q0, qd0 = tree.state_from_mujoco(jnp.asarray(q0, float), jnp.asarray(qvel0, float))
     q0, qd0 = _consistent_start(tree, constraints, q0, qd0, kind)
-    return Model(tree, constraints, q0, qd0, (), None if actuation is None else jnp.asarray(actuation), actuators)
+    return Model(
+        tree, constraints, q0, qd0, (), None if actuation is None else jnp.asarray(actuation), actuators, unilateral
+    )
 
 
 # One compiled program: evaluated op by op, each operation of the rows compiles on its own

@@ -9,6 +9,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from .._constraints import AbstractConstraint
 from .._systems import AbstractSystem
+from .._unilateral import AbstractUnilateral
 from .actuators import Actuated, Actuators
 
 
@@ -25,6 +26,10 @@ class Model(NamedTuple):
     - `actuation`: the actuation matrix `B_u` (n, m) of the control task, or None.
     - `actuators`: an imported file's actuators as MuJoCo applies them
       ([`ukjax.models.Actuators`][]), or None; see `controlled`.
+    - `unilateral`: an imported file's joint limits and contacts as exact unilateral
+      constraints ([`ukjax.models.JointLimits`][], [`ukjax.models.PlaneContacts`][]); kept
+      apart from `constraints` because they change how a simulation runs (event by event):
+      `ConstrainedSystem(model.system, model.constraints + model.unilateral)` includes them.
     """
 
     system: AbstractSystem
@@ -34,6 +39,7 @@ class Model(NamedTuple):
     servo: tuple[AbstractConstraint, ...] = ()
     actuation: Float[Array, "n m"] | None = None
     actuators: Actuators | None = None
+    unilateral: tuple[AbstractUnilateral, ...] = ()
 
     def controlled(self, control: Callable) -> AbstractSystem:
         """The system driven by its actuators under `control(t, q, qd) -> (m,)` (MuJoCo's

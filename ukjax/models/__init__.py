@@ -2,6 +2,7 @@
 `ukjax._robots`, re-exported here)."""
 
 from .._robots.actuators import Actuated as Actuated, Actuators as Actuators
+from .._robots.contacts import JointLimits as JointLimits, PlaneContacts as PlaneContacts
 from .._robots.equalities import (
     Connect as Connect,
     JointCoupling as JointCoupling,
