@@ -594,7 +594,7 @@ def _simulate_events(
             stepsize_controller=_StopAtFault(controller),
             event=diffrax.Event(
                 lambda t, y, args, **kwargs: _event_value(t, y, args + (force_offset,)),
-                optx.Newton(rtol=1e-12, atol=1e-14),
+                optx.Bisection(rtol=1e-14, atol=1e-14, flip=True),  # values fall through zero
                 direction=False,
             ),
             max_steps=max_steps,

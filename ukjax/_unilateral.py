@@ -249,8 +249,10 @@ def solve_modes(
     normal = jnp.where(closed, lam[p : p + k], 0)
     sticking = jnp.where(stick[:, None], lam[p + k :].reshape(k, 2), 0)
     sliding = -(jnp.where(slide, contacts.friction * normal, 0))[:, None] * modes.direction
-    residual = A @ x - b
-    scale = jnp.linalg.norm(b) + jnp.linalg.norm(A) * jnp.linalg.norm(x)
+    # as `uk_solve` measures it: B z = e with the sliding friction's share in e
+    target = e + B @ Y @ lam_slide
+    residual = B @ z - target
+    scale = jnp.linalg.norm(target) + jnp.linalg.norm(B) * jnp.linalg.norm(z)
     return ContactSolution(
         x,
         force,
