@@ -96,3 +96,99 @@ def test_a_block_on_an_incline_sticks_or_slides_as_coulomb_says(closed_forms):
     np.testing.assert_allclose(np.asarray(sol.contacts.normal[3, 1:, 0]), 3.0 * G * np.cos(THETA), rtol=1e-12)
     assert np.all(np.asarray(sol.contacts.mode[3, 1:, 0]) == 1)
     assert np.max(np.abs(np.asarray(sol.q[2:, :, 1]))) <= 1e-12  # on the plane throughout
+
+
+SCENE = "tests/data/contacts.xml"
+LIMIT, START, MU, V0 = np.deg2rad(-30), np.deg2rad(75), 0.4, 1.0
+
+
+@pytest.fixture(scope="module")
+def scene():
+    """The MJCF scene simulated for 1 s: the pendulum released from 75° onto its −30° limit
+    (restitution 0.5), the sphere and the box launched at 1 m/s along x, the rod at rest."""
+    import mujoco
+
+    model = ukjax.models.from_mjcf(SCENE)
+    limits, contacts = model.unilateral
+    limits = eqx.tree_at(lambda u: u.restitution, limits, jnp.asarray(0.5))
+    system = ukjax.ConstrainedSystem(model.system, model.constraints + (limits, contacts))
+    mj = mujoco.MjModel.from_xml_path(SCENE)
+    qpos, qvel = mj.qpos0.copy(), np.zeros(mj.nv)
+    qpos[0], qvel[1], qvel[7] = START, V0, V0
+    q0, qd0 = model.state_from_mujoco(qpos, qvel)
+    ts = np.linspace(0, 1, 21)
+    return model, system, mj, q0, ukjax.simulate(system, q0, qd0, 0.0, 1.0, ts=ts)
+
+
+def test_mjcf_limits_and_contacts_are_read_with_mujocos_masses(scene):
+    model, _, mj, _, _ = scene
+    limits, contacts = model.unilateral
+    assert limits.joints == ("swing",)
+    np.testing.assert_allclose(np.asarray([limits.lower[0], limits.upper[0]]), np.deg2rad([-30, 80]), rtol=1e-15)
+    # a sphere, a box's eight corners, a capsule's two end spheres; the pendulum's geom collides with nothing
+    assert contacts.names[0] == "sphere–floor" and len(contacts.names) == 1 + 8 + 2
+    np.testing.assert_allclose(np.asarray(contacts.friction), MU)
+    # bodies without <inertial> weigh what their geoms do, as MuJoCo computes it
+    np.testing.assert_allclose(np.asarray(model.system.masses[1:]), [1000 * 4 / 3 * np.pi * 0.1**3, 6.0, mj.body_mass[4]])
+
+
+def test_a_pendulum_rebounds_from_its_limit_and_never_passes_it(scene):
+    model, system, mj, q0, sol = scene
+    theta = np.asarray(sol.q[:, 0])
+    assert theta.min() >= LIMIT - 1e-9 and float(sol.contacts.penetration) <= 1e-9
+    # the impact: the lower limit's impulse I (1 + e) ω⁻, ω⁻ from the energy fallen through
+    inertia = float(jax.jit(model.system.mass_matrix)(0.0, q0)[0, 0])
+    drop = mj.body_mass[1] * G * 0.3 * (np.cos(LIMIT) - np.cos(START))
+    speed = np.sqrt(2 * drop / inertia)
+    impulses = np.asarray(sol.contacts.impulses[:, 0])
+    hit = np.flatnonzero(impulses > 0)
+    assert len(hit) == 1
+    np.testing.assert_allclose(impulses[hit[0]], inertia * 1.5 * speed, rtol=1e-8)
+
+
+def test_a_sphere_slides_then_rolls_and_a_box_slides_to_rest(scene):
+    model, _, mj, _, sol = scene
+    t = np.asarray(sol.ts)
+    # the sphere: slip decelerates it at μ g and spins it up until v = 5/7 v0, at 2 v0 / (7 μ g)
+    switch = 2 * V0 / (7 * MU * G)
+    rolling = V0 * switch - 0.5 * MU * G * switch**2 + 5 / 7 * V0 * (t - switch)
+    x = np.where(t < switch, V0 * t - 0.5 * MU * G * t**2, rolling)
+    np.testing.assert_allclose(np.asarray(sol.q[:, 1]), x, atol=1e-9)
+    # the box: decelerated at μ g to rest at v0 / (μ g), then held by its four corners
+    stop = V0 / (MU * G)
+    x = np.where(t < stop, V0 * t - 0.5 * MU * G * t**2, V0**2 / (2 * MU * G))
+    np.testing.assert_allclose(np.asarray(sol.q[:, 8]), x, atol=1e-9)
+    corners = np.asarray(sol.contacts.normal[-1, 3:11])  # after the two limit rows and the sphere
+    np.testing.assert_allclose(np.sort(corners)[4:], 6.0 * G / 4, rtol=1e-9)
+    assert np.all(corners[np.argsort(corners)[:4]] == 0)
+
+
+def test_a_rod_on_its_end_stays_at_rest_held_by_m_g(scene):
+    model, _, mj, q0, sol = scene
+    rod = slice(15, 22)
+    np.testing.assert_allclose(np.asarray(sol.q[:, rod]), np.broadcast_to(np.asarray(q0[rod]), (21, 7)), atol=1e-12)
+    normal = np.asarray(sol.contacts.normal[:, 11:13])
+    np.testing.assert_allclose(normal.max(axis=1), mj.body_mass[4] * G, rtol=1e-12)
+    assert np.all(normal.min(axis=1) == 0)
+
+
+def test_mujoco_on_the_same_file_agrees_to_its_softness(scene):
+    """MuJoCo with a tight `solref` (0.002 s) and a 0.1 ms step: the sphere's and the box's
+    paths agree to 0.1 mm; MuJoCo's floor gives by ~1e-5 m and its limit by degrees, ukjax's
+    by nothing measurable."""
+    import mujoco
+
+    _, _, mj, _, sol = scene
+    mj.geom_solref[:] = (0.002, 1.0)
+    data = mujoco.MjData(mj)
+    data.qpos[0], data.qvel[1], data.qvel[7] = START, V0, V0
+    path, penetration, lowest = [], 0.0, np.inf
+    for step in range(10_001):
+        if step % 500 == 0:
+            path.append(data.qpos[[1, 8]].copy())
+        mujoco.mj_step(mj, data)
+        penetration = max(penetration, -data.contact.dist.min(initial=0))
+        lowest = min(lowest, data.qpos[0])
+    np.testing.assert_allclose(np.asarray(sol.q[:, [1, 8]]), np.array(path), atol=1e-4)
+    assert penetration > 1e-6 and float(sol.contacts.penetration) <= 1e-9
+    assert lowest < LIMIT - 0.01 and float(sol.q[:, 0].min()) >= LIMIT - 1e-9
