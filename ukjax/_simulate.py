@@ -632,7 +632,9 @@ def _simulate_events(
             steps=state["steps"] + sol.stats["num_steps"],
         )
 
-    final = eqxi.while_loop(cond, body, init, max_steps=max_events + 1, kind="checkpointed")
+    # reverse mode through the events needs the checkpointed loop, forward mode the plain one
+    kind = "lax" if isinstance(adjoint, diffrax.ForwardMode) else "checkpointed"
+    final = eqxi.while_loop(cond, body, init, max_steps=max_events + 1, kind=kind)
     q, qd, mode, direction = final["records"]
     start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
     status = _status(final["result"], start_finite, final["health"], q, qd)

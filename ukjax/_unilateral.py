@@ -296,6 +296,9 @@ def select_modes(
     """
     k = contacts.size
     dtype = Q.dtype
+    # The search is discrete: derivatives come from the last solve, on the final modes only.
+    slipping = jax.lax.stop_gradient(slipping)
+    fixed = jax.lax.stop_gradient((M, Q, equalities, contacts))
     moving = jnp.linalg.norm(slipping, axis=-1) > TOUCH
     can_stick = (contacts.friction > 0) & ~moving
     start = Modes(
@@ -328,9 +331,6 @@ def select_modes(
         direction = jnp.where(kind == 2, -_unit(sol.tangent[i]), modes.direction[i])
         direction = jnp.where(new == OPEN, 0, direction)
         return Modes(mode.at[i].set(new), modes.direction.at[i].set(direction))
-
-    # The search is discrete: derivatives come from the last solve, on the final modes only.
-    fixed = jax.lax.stop_gradient((M, Q, equalities, contacts))
 
     def cond(state):
         modes, sol, count = state
