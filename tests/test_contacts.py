@@ -46,21 +46,36 @@ APEXES = IMPACTS[:3] + E ** np.arange(1, 4) * FALL
 TS = np.sort(np.r_[0.0, APEXES, 1.0, 1.5])
 
 
+DOWN = (0.0, -G)
+# a ball thrown along the floor: its mass, μ and e, and their central differences' step
+THROWN, STEP = np.array([2.0, 0.2, 0.5]), 1e-6
+THROWN_START = (np.array([0.0, H]), np.array([3.0, 0.0]))
+
+
 @pytest.fixture(scope="module")
 def closed_forms():
-    """Four members with their contacts at different times, simulated together: a ball
-    dropped from H with e = 0.5 and with e = 0; a block on an incline of θ = 0.5 rad with
-    μ = 0.7 > tan θ (sticks) and μ = 0.3 (slides)."""
-    down, incline = (0.0, -G), (G * np.sin(THETA), -G * np.cos(THETA))
-    members = [(2.0, down, E, 0.3), (2.0, down, 0.0, 0.3), (3.0, incline, 0.0, 0.7), (3.0, incline, 0.0, 0.3)]
-    q0 = np.array([[0.0, H], [0.0, H], [0.0, 0.0], [0.0, 0.0]])
-    sol = ukjax.simulate_batch(_batch(members), q0, np.zeros_like(q0), 0.0, 1.5, ts=TS, system_axes=0)
-    return sol
+    """Members with their contacts at different times and in different modes, simulated
+    together: a ball dropped from H with e = 0.5 and with e = 0; a block on an incline of
+    θ = 0.5 rad with μ = 0.7 > tan θ (sticks) and μ = 0.3 (slides); and the thrown ball with
+    each of its mass, μ and e moved by ±STEP (for the derivatives)."""
+    incline = (G * np.sin(THETA), -G * np.cos(THETA))
+    members = [(2.0, DOWN, E, 0.3), (2.0, DOWN, 0.0, 0.3), (3.0, incline, 0.0, 0.7), (3.0, incline, 0.0, 0.3)]
+    starts = [(0.0, H), (0.0, H), (0.0, 0.0), (0.0, 0.0)]
+    velocities = [(0.0, 0.0)] * 4
+    for i in range(3):
+        for sign in (1, -1):
+            mass, mu, e = THROWN + sign * STEP * np.eye(3)[i]
+            members.append((mass, DOWN, e, mu))
+            starts.append(THROWN_START[0])
+            velocities.append(THROWN_START[1])
+    return ukjax.simulate_batch(_batch(members), np.array(starts), np.array(velocities), 0.0, 1.5, ts=TS, system_axes=0)
 
 
 def test_a_dropped_ball_bounces_to_e_to_the_2n_of_its_height(closed_forms):
     sol = closed_forms
     assert np.all(np.asarray(sol.status) == ukjax.Status.SUCCESS)
+    # the members went through different numbers of events, in one program
+    assert len(set(np.asarray(sol.contacts.events).tolist())) >= 3
     times = np.asarray(sol.contacts.event_times[0])
     np.testing.assert_allclose(times[:4], IMPACTS, rtol=1e-10)
     apex = np.searchsorted(TS, APEXES)
@@ -95,7 +110,7 @@ def test_a_block_on_an_incline_sticks_or_slides_as_coulomb_says(closed_forms):
     np.testing.assert_allclose(np.asarray(sol.q[3, :, 0]), 0.5 * a * t**2, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(np.asarray(sol.contacts.normal[3, 1:, 0]), 3.0 * G * np.cos(THETA), rtol=1e-12)
     assert np.all(np.asarray(sol.contacts.mode[3, 1:, 0]) == 1)
-    assert np.max(np.abs(np.asarray(sol.q[2:, :, 1]))) <= 1e-12  # on the plane throughout
+    assert np.max(np.abs(np.asarray(sol.q[2:4, :, 1]))) <= 1e-12  # on the plane throughout
 
 
 SCENE = "tests/data/contacts.xml"
@@ -192,3 +207,23 @@ def test_mujoco_on_the_same_file_agrees_to_its_softness(scene):
     np.testing.assert_allclose(np.asarray(sol.q[:, [1, 8]]), np.array(path), atol=1e-4)
     assert penetration > 1e-6 and float(sol.contacts.penetration) <= 1e-9
     assert lowest < LIMIT - 0.01 and float(sol.q[:, 0].min()) >= LIMIT - 1e-9
+
+
+def test_derivatives_through_impacts_and_sliding_match_central_differences(closed_forms):
+    """The thrown ball at t = 1 s, after two sliding impacts: ∂q/∂(m, μ, e) in forward mode
+    through the events against central differences (the batch's last six members)."""
+    import diffrax
+
+    def position(parameters):
+        mass, mu, e = parameters
+        system = _on_floor(mass, DOWN, e, mu)
+        sol = ukjax.simulate(system, *THROWN_START, 0.0, 1.5, ts=TS, adjoint=diffrax.ForwardMode())
+        return sol.q[TS.tolist().index(1.0)]
+
+    jacobian = np.asarray(jax.jacfwd(position)(jnp.asarray(THROWN)))
+    q = np.asarray(closed_forms.q[4:, TS.tolist().index(1.0)])
+    central = (q[0::2] - q[1::2]).T / (2 * STEP)
+    np.testing.assert_allclose(jacobian, central, rtol=1e-6, atol=1e-8)
+    # the mass changes nothing here (it scales every force alike); μ moves x, e both x and y
+    assert min(abs(jacobian[0, 1]), abs(jacobian[0, 2]), abs(jacobian[1, 2])) > 1e-2
+    assert np.max(np.abs(jacobian[:, 0])) < 1e-12
