@@ -354,10 +354,14 @@ URDF = """<robot name="arm">
 def test_urdf_matches_pinocchio_and_mujoco(tmp_path):
     path = tmp_path / "arm.urdf"
     path.write_text(URDF)
-    with pytest.warns(UserWarning, match=r"joint limits \(r1, r2, p3, r4\)"):
+    with pytest.warns(UserWarning, match=r"actuatorfrcrange clamps of r1, r2, p3, r4"):
         model = models.from_urdf(path)
     tree = model.system
     assert tree.joint_names == ("r1", "r2", "p3", "r4") and model.constraints == ()
+    # the URDF's limits, exact (unilateral), in radians and metres
+    (limits,) = model.unilateral
+    assert limits.joints == tree.joint_names
+    np.testing.assert_allclose(np.asarray(limits.upper), mujoco.MjModel.from_xml_path(str(path)).jnt_range[:, 1])
     robot = pin.buildModelFromXML(URDF)
     data = robot.createData()
     rng = np.random.default_rng(3)
@@ -396,11 +400,14 @@ def test_unsupported_features_named_in_one_warning():
         model = models.from_mjcf(xml)
     assert len(caught) == 1
     message = str(caught[0].message)
+    # two spheres on moving bodies: a pair the unilateral constraints do not model (yet), named;
+    # the limit on j6 is modelled (model.unilateral), and so is the position actuator
     assert (
-        "contacts (1 geom pairs can collide)" in message
-        and "joint limits (j6)" in message
-        and "actuator" not in message  # the position actuator is modelled (model.actuators)
+        "contacts other than spheres, capsules and boxes on planes fixed in the world (1 geom pairs" in message
+        and "limit" not in message
+        and "actuator" not in message
     )
+    assert model.unilateral[0].joints == ("j6",)
     np.testing.assert_array_equal(model.actuation[:, 1], np.eye(8)[1] * 3)
     np.testing.assert_array_equal(model.actuation[:, 0], 0.0)
 

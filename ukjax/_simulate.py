@@ -322,6 +322,12 @@ def simulate(
         raise ValueError("ukjax.RK4 has no error estimate: use it with adaptive=False and dt0.")
     levels = eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0)
     events = any(level.contacts is not None for level in levels)
+    if events and type(system).solve is not AbstractSystem.solve:
+        raise NotImplementedError(
+            f"{type(system).__name__} solves its own accelerations (servo control), which do not see "
+            "unilateral constraints: simulate the contacts without it, or apply the control as a force "
+            "(ukjax.Forced)."
+        )
     arguments = (
         system,
         q0,

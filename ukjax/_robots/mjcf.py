@@ -490,10 +490,13 @@ def from_mjcf(source: str | os.PathLike, *, keyframe: str | int | None = None) -
     `torquescale="0"` the anchor point alone, as in MuJoCo), `joint` and `tendon` equalities
     become exact constraints ([`ukjax.models.Connect`][], [`ukjax.models.Weld`][],
     [`ukjax.models.JointCoupling`][], [`ukjax.models.TendonCoupling`][]), its actuators
-    [`ukjax.models.Actuators`][] (and its plain joint motors the actuation matrix). The file's
-    `<option>` flags are honoured, and a start that violates the equalities is projected onto
-    them. What the tree does not model (contacts, joint limits, spatial tendons, soft
-    constraint parameters, activation dynamics) is named in one warning, and so is the one
+    [`ukjax.models.Actuators`][] (and its plain joint motors the actuation matrix), its joint
+    ranges and the contacts of its spheres, capsules and boxes with planes fixed in the world
+    exact unilateral constraints ([`ukjax.models.JointLimits`][],
+    [`ukjax.models.PlaneContacts`][], in `model.unilateral`). The file's `<option>` flags are
+    honoured, and a start that violates the equalities is projected onto them. What the tree
+    does not model (other contacts, spatial tendons, soft constraint parameters, activation
+    dynamics) is named in one warning, and so is the one
     place where ukjax is exact and MuJoCo is not: a fixed tendon's `armature` coupling joints in
     different branches enters `M` in full here (`a cᵀc`, what the kinetic energy gives), where
     MuJoCo keeps only the pairs of a joint and its ancestors.
@@ -505,8 +508,9 @@ def from_mjcf(source: str | os.PathLike, *, keyframe: str | int | None = None) -
 
     **Returns:**
 
-    A [`ukjax.models.Model`][]: `system` (the tree), `constraints`, `q0`, `qd0`, `actuation`
-    and `actuators` (`None` without actuators; `model.controlled(ctrl_fn)` drives them).
+    A [`ukjax.models.Model`][]: `system` (the tree), `constraints`, `q0`, `qd0`, `actuation`,
+    `actuators` (`None` without actuators; `model.controlled(ctrl_fn)` drives them) and
+    `unilateral`.
     """
     return _from_compiled(_compile(source, "MJCF"), "MJCF", keyframe)
 
