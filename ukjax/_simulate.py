@@ -523,7 +523,8 @@ def _transition(system, t, q, qd, rest_speed):
         return q - la.pinv_solve_multipliers(A, r[:, None], False)[0][:, 0], None
 
     q, _ = jax.lax.scan(newton, q, None, length=2)
-    modes, sol, settled = _contact_state(system, t, q, qd)[2]
+    # the modes from here on; their forces only scale the event values (off the tape)
+    _, (modes, sol, settled) = solve_levels(system.dynamics(t, q, qd), differentiable=False)
     return q, qd, modes, jump.normal, sol.normal, penetration, converged & settled
 
 

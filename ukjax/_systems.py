@@ -59,9 +59,10 @@ class Dynamics(NamedTuple):
     levels: tuple[ConstraintLevel, ...]
 
 
-def solve_contacts(M, Q, level: ConstraintLevel, modes: Modes | None = None):
+def solve_contacts(M, Q, level: ConstraintLevel, modes: Modes | None = None, differentiable: bool = True):
     """A level with unilateral constraints: for the given modes (the simulation's, between
-    events), or for the modes that solve the complementarity problem at this state.
+    events), or for the modes that solve the complementarity problem at this state
+    (`differentiable` as for `select_modes`).
 
     **Returns:**
 
@@ -71,16 +72,21 @@ def solve_contacts(M, Q, level: ConstraintLevel, modes: Modes | None = None):
     if level.nonideal is not None:
         Q = Q + level.nonideal  # the U-K non-ideal term is this force's share off the rows
     if modes is None:
-        return select_modes(M, Q, level.rows, contacts, candidates(contacts), contacts.tangent.phid.reshape(-1, 2))
+        return select_modes(
+            M, Q, level.rows, contacts, candidates(contacts), contacts.tangent.phid.reshape(-1, 2), differentiable
+        )
     modes = sliding_now(modes, contacts)
     sol = solve_modes(M, Q, level.rows, contacts, modes)
     return modes, sol, sol.solvable
 
 
-def solve_levels(d: Dynamics, modes: Modes | None = None) -> tuple[UKSolution, tuple | None]:
+def solve_levels(
+    d: Dynamics, modes: Modes | None = None, differentiable: bool = True
+) -> tuple[UKSolution, tuple | None]:
     """The acceleration from `Dynamics`, level by level, with the diagnostics of every solve;
     the unilateral constraints of the last level in the given `modes` (default: the modes
-    that solve the complementarity problem at this state).
+    that solve the complementarity problem at this state; `differentiable` as for
+    `select_modes`).
 
     **Returns:**
 
@@ -95,7 +101,7 @@ def solve_levels(d: Dynamics, modes: Modes | None = None) -> tuple[UKSolution, t
         if level.contacts is None:
             sol = uk_solve(d.M, Q, level.rows.A, level.rows.b, level.nonideal, level.method)
         else:
-            contacts = solve_contacts(d.M, Q, level, modes)
+            contacts = solve_contacts(d.M, Q, level, modes, differentiable)
             _, c, converged = contacts
             # no modes solving the contact problem (Painlevé's paradox, or a search that did
             # not end) read as constraints that cannot be met

@@ -277,6 +277,7 @@ def select_modes(
     contacts: ContactRows,
     candidates: Bool[Array, " k"],
     slipping: Float[Array, "k 2"],
+    differentiable: bool = True,
 ) -> tuple[Modes, ContactSolution, Bool[Array, ""]]:
     """The modes that solve the complementarity problem among `candidates` (the contacts
     touching, and not separating), starting from all of them closed, by changing the
@@ -289,6 +290,8 @@ def select_modes(
     - `slipping`: the tangential velocity of each contact, shape (k, 2): a contact that
       slips can only slide (against it); one at rest may stick. Zero at the velocity
       level, where any contact may stick.
+    - `differentiable`: solve the final modes once more on the tape (False: the search's
+      last solve, without derivatives, one solve less in the program).
 
     **Returns:**
 
@@ -343,8 +346,9 @@ def select_modes(
         return modes, solve_modes(*fixed, modes), count + 1
 
     placeholder = jax.tree.map(jnp.zeros_like, jax.eval_shape(solve_modes, *fixed, start))
-    modes, _, _ = jax.lax.while_loop(cond, body, (start, placeholder, 0))
-    sol = solve_modes(M, Q, equalities, contacts, modes)
+    modes, sol, _ = jax.lax.while_loop(cond, body, (start, placeholder, 0))
+    if differentiable:
+        sol = solve_modes(M, Q, equalities, contacts, modes)
     converged = ~jnp.any(violations(sol, modes) > 0) & sol.solvable
     return modes, sol, converged
 
