@@ -116,7 +116,7 @@ def test_a_block_on_an_incline_sticks_or_slides_as_coulomb_says(closed_forms):
     assert np.max(np.abs(np.asarray(sol.q[2:4, :, 1]))) <= 1e-12  # on the plane throughout
 
 
-SCENE = ukjax.examples.path("contacts.xml")
+SCENE = str(ukjax.examples.path("contacts.xml"))
 LIMIT, START, MU, V0 = np.deg2rad(-30), np.deg2rad(75), 0.4, 1.0
 
 
