@@ -53,9 +53,13 @@ def scene() -> str:
             p = np.array([p[0], p[1], floor + RADIUS])
             body.add_geom(
                 name=f"{side}-{name}", type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[RADIUS, 0, 0],
-                pos=R.T @ (p - x), friction=[MU, 0.005, 0.0001], mass=0,
+                pos=R.T @ (p - x), friction=[MU, 0.005, 0.0001], mass=0, contype=2, conaffinity=1,
             )
-    spec.worldbody.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[5, 5, 0.1], pos=[0, 0, floor], friction=[MU, 0.005, 0.0001])
+    # the feet touch the floor, not each other
+    spec.worldbody.add_geom(
+        name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[5, 5, 0.1], pos=[0, 0, floor],
+        friction=[MU, 0.005, 0.0001], contype=1, conaffinity=2,
+    )
     return spec.to_xml()
 
 
