@@ -631,7 +631,8 @@ def _simulate_events(
             count=count,
             event_times=event_times,
             impulses=impulses,
-            penetration=jnp.maximum(state["penetration"], penetration),
+            # what the start brings in is the caller's, projected away; not counted
+            penetration=jnp.where(start, state["penetration"], jnp.maximum(state["penetration"], penetration)),
             converged=converged,
             result=diffrax.RESULTS.where(
                 sol.result == diffrax.RESULTS.event_occurred, diffrax.RESULTS.successful, sol.result

@@ -379,7 +379,8 @@ class ContactRecord(eqx.Module):
       order; `inf` past the last, shape (E,) with `E = max_events`.
     - `impulses`: the normal impulse of each contact at each event, shape (E, c).
     - `penetration`: the largest `−g` met at the saved times and at the events (zero
-      where nothing penetrated).
+      where nothing penetrated); a start inside a contact or a limit is projected out of
+      it and not counted.
     """
 
     gap: Float[Array, "k c"]
