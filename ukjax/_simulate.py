@@ -482,15 +482,27 @@ def _event_value(s, y, args, **kwargs):
 
 
 def _transition(system, t, q, qd, rest_speed):
-    """What happens at an event: impacts by Newton's law (the velocity-level complementarity
-    problem, equality rows and resting contacts held), the touching contacts and the
-    equality rows projected back onto `Φ = 0`, `g = 0` (two minimum-norm Gauss–Newton
-    steps), and the modes that hold from there.
+    """What happens at an event: the touching contacts and the equality rows projected back
+    onto `g = 0`, `Φ = 0` (two minimum-norm Gauss–Newton steps), then impacts by Newton's
+    law (the velocity-level complementarity problem, equality rows and resting contacts
+    held) at the projected configuration, so that no velocity residual is left where the
+    motion restarts, and the modes that hold from there.
 
     **Returns:**
 
     `(q, qd, modes, impulses, normal forces, penetration, converged)`.
     """
+    penetration = jnp.max(-system.constraint_levels(t, q, qd)[-1].contacts.normal.phi, initial=0)
+
+    def newton(q, _):
+        level = system.constraint_levels(t, q, qd)[-1]
+        c = level.contacts
+        touching = c.normal.phi <= TOUCH
+        A = jnp.concatenate([level.rows.A, jnp.where(touching[:, None], c.normal.A, 0)])
+        r = jnp.concatenate([level.rows.phi, jnp.where(touching, c.normal.phi, 0)])
+        return q - la.pinv_solve_multipliers(A, r[:, None], False)[0][:, 0], None
+
+    q, _ = jax.lax.scan(newton, q, None, length=2)
     d = system.dynamics(t, q, qd)
     level = d.levels[-1]
     c = level.contacts
@@ -509,20 +521,23 @@ def _transition(system, t, q, qd, rest_speed):
     )
     equalities = velocity_rows(level.rows, -level.rows.phid)
     touching = (c.normal.phi <= TOUCH) & (approach <= TOUCH)
-    # an impact may stop a contact's slip (Coulomb's law for impulses): all may stick
-    _, jump, converged = select_modes(d.M, jnp.zeros_like(d.Q), equalities, contacts, touching, jnp.zeros((k, 2), qd.dtype))
+    slip = c.tangent.phid.reshape(k, 2)
+    moving = jnp.linalg.norm(slip, axis=-1) > rest_speed
+    # An impact may stop a contact's slip (Coulomb's law for impulses): any contact not
+    # slipping may stick, within its cone. Without an impact the jump only corrects the
+    # drift of the contacts at rest (their slip and approach left by the integration, below
+    # `rest_speed`), which is no impulse that a cone bounds.
+    impact = jnp.any(touching & (approach < -rest_speed))
+    _, jump, converged = select_modes(
+        d.M,
+        jnp.zeros_like(d.Q),
+        equalities,
+        contacts,
+        touching,
+        jnp.where(moving[:, None], slip, 0),
+        cone=impact,
+    )
     qd = qd + jump.x
-    penetration = jnp.max(-c.normal.phi, initial=0)
-
-    def newton(q, _):
-        level = system.constraint_levels(t, q, qd)[-1]
-        c = level.contacts
-        touching = c.normal.phi <= TOUCH
-        A = jnp.concatenate([level.rows.A, jnp.where(touching[:, None], c.normal.A, 0)])
-        r = jnp.concatenate([level.rows.phi, jnp.where(touching, c.normal.phi, 0)])
-        return q - la.pinv_solve_multipliers(A, r[:, None], False)[0][:, 0], None
-
-    q, _ = jax.lax.scan(newton, q, None, length=2)
     # the modes from here on; their forces only scale the event values (off the tape)
     _, (modes, sol, settled) = solve_levels(system.dynamics(t, q, qd), differentiable=False)
     return q, qd, modes, jump.normal, sol.normal, penetration, converged & settled
