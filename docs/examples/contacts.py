@@ -1,0 +1,1 @@
+../../notebooks/contacts.py
