@@ -146,6 +146,11 @@ def test_mjcf_limits_and_contacts_are_read_with_mujocos_masses(scene):
     # a sphere, a box's eight corners, a capsule's two end spheres; the pendulum's geom collides with nothing
     assert contacts.names[0] == "sphere–floor" and len(contacts.names) == 1 + 8 + 2
     np.testing.assert_allclose(np.asarray(contacts.friction), MU)
+    # drawn: each sphere's lowest point (the sphere, the box's lower corners and the rod's
+    # lower end on the floor at the start), and the floor
+    sketch = contacts.sketch(model.system, 0.0, model.q0)
+    np.testing.assert_allclose(np.sort(np.asarray(sketch.points[:, 2]))[:6], 0.0, atol=1e-15)
+    assert sketch.links.shape == (11 + 4 * 11, 2, 3)
     # bodies without <inertial> weigh what their geoms do, as MuJoCo computes it
     np.testing.assert_allclose(np.asarray(model.system.masses[1:]), [1000 * 4 / 3 * np.pi * 0.1**3, 6.0, mj.body_mass[4]])
 

@@ -4,6 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .._animate import Sketch
 from .._arrays import as_inexact
 from .._constraints import ConstraintRows, holonomic_rows
 from .._unilateral import AbstractUnilateral, ContactRows
@@ -144,3 +145,20 @@ class PlaneContacts(AbstractUnilateral):
             jnp.broadcast_to(self.friction, (k,)),
             jnp.broadcast_to(self.restitution, (k,)),
         )
+
+    def sketch(self, system, t, q):
+        """Each sphere's body origin joined to the sphere's lowest point (toward its plane),
+        those points, and each plane as a 2 m square around its point nearest the world's
+        origin."""
+        tree = tree_of(system)
+        poses = tree._body_poses(q, *self.bodies)
+        n = self.normals.astype(q.dtype)
+        origins = jnp.stack([p for _, p in poses])
+        lowest = jnp.stack([p + R @ c for (R, p), c in zip(poses, self.centres)]) - self.radii[:, None] * n
+        # each contact's plane (contacts on one floor draw the same square)
+        t1, t2 = jnp.moveaxis(tangent_basis(n), 1, 0)
+        centre = n * self.offsets[:, None]
+        corners = [centre + a * t1 + b * t2 for a, b in ((-1, -1), (1, -1), (1, 1), (-1, 1))]
+        squares = jnp.concatenate([jnp.stack([corners[i], corners[(i + 1) % 4]], axis=1) for i in range(4)])
+        links = jnp.concatenate([jnp.stack([origins, lowest], axis=1), squares.astype(q.dtype)])
+        return Sketch(links, lowest)
