@@ -15,7 +15,6 @@
 import os
 from pathlib import Path
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt

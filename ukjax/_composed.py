@@ -7,7 +7,6 @@ import jax.scipy.linalg as jsl
 from jaxtyping import Array, Float
 
 from ._animate import join
-from ._constraints import ConstraintRows
 from ._systems import AbstractSystem, ConstraintLevel, Dynamics, merge
 
 
