@@ -101,6 +101,18 @@ def test_with_e_zero_the_ball_rests_at_once(closed_forms):
     np.testing.assert_allclose(np.asarray(sol.contacts.normal[1, after, 0]), 2.0 * G, rtol=1e-12)
 
 
+def test_a_run_out_of_events_says_so():
+    """A ball allowed two events stops where a third would be (its third impact), with its
+    status and the saves it reached; `throw` raises with what to do."""
+    ball = _on_floor(2.0, DOWN, E, 0.3)
+    sol = ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, 1.5, ts=TS, max_events=2, throw=False)
+    assert int(sol.status) == ukjax.Status.MAX_EVENTS_REACHED and int(sol.contacts.events) == 2
+    reached = TS <= IMPACTS[2]
+    assert np.all(np.isfinite(np.asarray(sol.q[reached]))) and not np.any(np.isfinite(np.asarray(sol.q[~reached])))
+    with pytest.raises(RuntimeError, match="raise max_events"):
+        ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, 1.5, ts=TS, max_events=2)
+
+
 def test_a_block_on_an_incline_sticks_or_slides_as_coulomb_says(closed_forms):
     sol = closed_forms
     t = np.asarray(sol.ts[2])

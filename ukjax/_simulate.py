@@ -661,12 +661,17 @@ def _simulate_events(
     q, qd, mode, direction = final["records"]
     start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
     status = _status(final["result"], start_finite, final["health"], q, qd)
-    status = jnp.where(
-        (status == Status.SUCCESS) & ~final["converged"], Status.CONTACT_UNRESOLVED, status
+    # A loop that ended before t1 with its last solve successful and no fault met stopped for
+    # the contacts (the saves it never reached are voided, which `_status` alone would read
+    # as a non-finite state).
+    stopped = (
+        (final["s"] < 1)
+        & (final["result"] == diffrax.RESULTS.successful)
+        & jnp.all(final["health"][:_FATAL] == 0)
+        & start_finite
     )
-    status = jnp.where(
-        (status == Status.SUCCESS) & (final["s"] < 1), Status.MAX_EVENTS_REACHED, status
-    ).astype(jnp.int32)
+    contacts_status = jnp.where(final["converged"], Status.MAX_EVENTS_REACHED, Status.CONTACT_UNRESOLVED)
+    status = jnp.where(stopped, contacts_status, status).astype(jnp.int32)
 
     def saved(t, q, qd, mode, direction):
         d, level, (_, sol, _) = _contact_state(system, t, q, qd, Modes(mode, direction))
