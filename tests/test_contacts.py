@@ -138,16 +138,13 @@ def scene():
     (restitution 0.5), the sphere and the box launched at 1 m/s along x, the rod at rest."""
     import mujoco
 
-    model = ukjax.models.from_mjcf(SCENE)
+    model = ukjax.models.from_mjcf(SCENE, keyframe="launched")
     limits, contacts = model.unilateral
     limits = eqx.tree_at(lambda u: u.restitution, limits, jnp.asarray(0.5))
     system = ukjax.ConstrainedSystem(model.system, model.constraints + (limits, contacts))
     mj = mujoco.MjModel.from_xml_path(SCENE)
-    qpos, qvel = mj.qpos0.copy(), np.zeros(mj.nv)
-    qpos[0], qvel[1], qvel[7] = START, V0, V0
-    q0, qd0 = model.state_from_mujoco(qpos, qvel)
     ts = np.linspace(0, 1, 21)
-    return model, system, mj, q0, ukjax.simulate(system, q0, qd0, 0.0, 1.0, ts=ts)
+    return model, system, mj, model.q0, ukjax.simulate(system, model.q0, model.qd0, 0.0, 1.0, ts=ts)
 
 
 def test_mjcf_limits_and_contacts_are_read_with_mujocos_masses(scene):
@@ -160,7 +157,7 @@ def test_mjcf_limits_and_contacts_are_read_with_mujocos_masses(scene):
     np.testing.assert_allclose(np.asarray(contacts.friction), MU)
     # drawn: each sphere's lowest point (the sphere, the box's lower corners and the rod's
     # lower end on the floor at the start), and the floor
-    sketch = contacts.sketch(model.system, 0.0, model.q0)
+    sketch = jax.jit(lambda q: contacts.sketch(model.system, 0.0, q))(model.q0)
     np.testing.assert_allclose(np.sort(np.asarray(sketch.points[:, 2]))[:6], 0.0, atol=1e-15)
     assert sketch.links.shape == (11 + 4 * 11, 2, 3)
     # bodies without <inertial> weigh what their geoms do, as MuJoCo computes it
@@ -216,7 +213,7 @@ def test_mujoco_on_the_same_file_agrees_to_its_softness(scene):
     _, _, mj, _, sol = scene
     mj.geom_solref[:] = (0.002, 1.0)
     data = mujoco.MjData(mj)
-    data.qpos[0], data.qvel[1], data.qvel[7] = START, V0, V0
+    mujoco.mj_resetDataKeyframe(mj, data, mj.key("launched").id)
     path, penetration, lowest = [], 0.0, np.inf
     for step in range(10_001):
         if step % 500 == 0:
@@ -247,3 +244,16 @@ def test_derivatives_through_impacts_and_sliding_match_central_differences(close
     # the mass changes nothing here (it scales every force alike); μ moves x, e both x and y
     assert min(abs(jacobian[0, 1]), abs(jacobian[0, 2]), abs(jacobian[1, 2])) > 1e-2
     assert np.max(np.abs(jacobian[:, 0])) < 1e-12
+
+
+def test_the_command_line_simulates_the_file_with_its_contacts(scene, tmp_path, capsys):
+    """`ukjax simulate FILE --contacts`: the limits and contacts join the run (the program the
+    scene above compiled: same structure, same options), and it reports them."""
+    from ukjax._cli import main
+
+    main(["--no-cache", "simulate", SCENE, "--keyframe", "launched", "--contacts", "--t1", "1", "--saves", "21",
+          "--tol", "1e-8", "--quiet", "--out", str(tmp_path / "scene.png")])
+    text = capsys.readouterr().out
+    assert "13 unilateral rows" in text and "status SUCCESS" in text and "3 contact events" in text, text
+    penetration = float(text.split("largest penetration ")[1].split()[0])
+    assert penetration <= 1e-9 and (tmp_path / "scene.png").stat().st_size > 10_000

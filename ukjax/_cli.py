@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="fit.png", help="where to write the plot")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_fit)
-    p = command("simulate", "simulate an MJCF or URDF model with its equality constraints imposed exactly")
+    p = command("simulate", "simulate an MJCF or URDF model with its equality constraints (and, asked, its contacts) imposed exactly")
     p.add_argument("file", help="an .xml (MJCF) or .urdf file")
     p.add_argument("--t1", type=_duration, default=5.0, help="final time [s]")
     p.add_argument("--saves", type=_count, default=501, help="number of saved times")
@@ -81,6 +81,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tol", type=float, default=1e-10, help="rtol = atol of the integrator")
     p.add_argument("--out", default=None, help="where to write the plot (default: the model's name, .png)")
     p.add_argument("--gif", default=None, help="also write an animation here (.gif, or .mp4 with ffmpeg)")
+    p.add_argument(
+        "--contacts",
+        action="store_true",
+        help="also the file's joint limits and its contacts with planes, exact (event by event; longer to compile)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_simulate)
     p = commands.add_parser(

@@ -44,7 +44,7 @@ def _animation(system, sol, path, violation: dict) -> None:
 
 def _row_units(tree, constraints, norms: int) -> dict[str, tuple[list[int], str]]:
     """The rows of `sol.phi` for an imported model grouped by unit (`animate`'s `violation`):
-    quaternion norms first, then each equality's rows."""
+    quaternion norms first, then each equality's rows, then the unilateral ones."""
     from ukjax import models
 
     groups: dict[str, tuple[list[int], str]] = {}
@@ -66,8 +66,17 @@ def _row_units(tree, constraints, norms: int) -> dict[str, tuple[list[int], str]
         elif isinstance(c, models.JointCoupling):
             hinge = tree.joint_kinds[tree.joint_names.index(c.joint1)] == "hinge"
             add("hinge coupling" if hinge else "slide coupling", 1, "rad" if hinge else "m")
-        else:
+        elif isinstance(c, models.TendonCoupling):
             add("tendon coupling", 1, "(tendon length)")
+    # the unilateral rows follow all equality rows of the level: min(g, 0), what passes a
+    # limit or penetrates
+    for c in constraints:
+        if isinstance(c, models.JointLimits):
+            for name in c.joints * 2:
+                hinge = tree.joint_kinds[tree.joint_names.index(name)] == "hinge"
+                add("past a hinge limit" if hinge else "past a slide limit", 1, "rad" if hinge else "m")
+        elif isinstance(c, models.PlaneContacts):
+            add("penetration", len(c.bodies), "m")
     return groups
 
 
@@ -385,15 +394,22 @@ def run_simulate(args: argparse.Namespace) -> None:
     out = Path(args.out) if args.out else Path(f"{name}.png")
     tree = model.system
     stabilization = ukjax.Baumgarte(args.alpha, args.beta) if args.alpha or args.beta else None
-    system = ukjax.ConstrainedSystem(tree, model.constraints, stabilization) if model.constraints else tree
+    unilateral = model.unilateral if args.contacts else ()
+    constraints = model.constraints + unilateral
+    system = ukjax.ConstrainedSystem(tree, constraints, stabilization) if constraints else tree
     # the tree's quaternion norm rows come first in `sol.phi`, the file's equalities after them
     norms = sum(kind in ("ball", "free") for kind in tree.joint_kinds)
     # shapes only: evaluated, the rows would compile operation by operation
-    rows = jax.eval_shape(system.rows, 0.0, model.q0, model.qd0).b.shape[0] if model.constraints else 0
+    rows = jax.eval_shape(system.rows, 0.0, model.q0, model.qd0).b.shape[0] if constraints else 0
+    contacts = sum(
+        jax.eval_shape(lambda q, qd, u=u: u.contact_rows(tree, 0.0, q, qd).normal.b, model.q0, model.qd0).shape[0]
+        for u in unilateral
+    )
     print(
         f"{args.file}: {len(tree.body_names)} bodies, {len(tree.joint_names)} joints, {len(model.constraints)} "
-        f"constraints ({rows} rows), {norms} quaternion norm rows; t ∈ [0, {args.t1:g}] s, Tsit5, "
-        f"rtol=atol={args.tol:g}"
+        f"constraints ({rows} rows), {norms} quaternion norm rows"
+        + (f", {contacts} unilateral rows (limits, contacts)" if unilateral else "")
+        + f"; t ∈ [0, {args.t1:g}] s, Tsit5, rtol=atol={args.tol:g}"
     )
     ts = jnp.linspace(0.0, args.t1, args.saves)
     start = time.perf_counter()
@@ -416,11 +432,13 @@ def run_simulate(args: argparse.Namespace) -> None:
     status = ukjax.Status(int(sol.status)).name
     parts = []
     if sol.phi is not None:
-        closure = sol.phi[:, norms:]
+        closure = sol.phi[:, norms : norms + rows]
         if closure.shape[1]:
             parts.append(f"max constraint violation {float(jnp.nanmax(jnp.abs(closure))):.2e}")
         if norms:
             parts.append(f"quaternion norm error {float(jnp.nanmax(jnp.abs(sol.phi[:, :norms]))):.2e}")
+    if sol.contacts is not None:
+        parts.append(f"{int(sol.contacts.events)} contact events, largest penetration {float(sol.contacts.penetration):.1e}")
     print(
         f"  status {status}, {int(sol.stats['num_steps'])} steps, {elapsed:.1f} s with compilation"
         + "".join(f"; {p}" for p in parts)
@@ -434,7 +452,7 @@ def run_simulate(args: argparse.Namespace) -> None:
             ax.plot(sol.ts, sol.q[:, j], label=tree.coordinate_names[j])
         ax.set(title=unit.split(" [")[0], xlabel="t [s]", ylabel=unit)
         ax.legend(fontsize=7, ncol=6)
-    groups = _row_units(tree, model.constraints, norms)
+    groups = _row_units(tree, constraints, norms)
     if sol.phi is not None:
         ax = axes[-1]
         for label, (indices, unit) in groups.items():
