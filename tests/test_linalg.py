@@ -156,3 +156,21 @@ def test_rows_below_the_cutoff_count_as_zero():
     # consistent to round-off: the constrained solve is pinv's answer, not [1, 1, 0]
     qdd = ukjax.udwadia_kalaba(jnp.eye(3), jnp.zeros(3), A, jnp.array([1.0, 2e-17]))
     np.testing.assert_allclose(qdd, [1.0, 0.0, 0.0], atol=1e-15)
+
+
+def test_square_solve_without_lapack():
+    """`solve_square` (the sliding contacts' coupling): NumPy's answer and derivative on random
+    systems that need pivoting, and a singular system flagged by its pivot."""
+    rng = np.random.default_rng(11)
+    for k in (2, 3, 6):
+        A = rng.normal(size=(k, k))
+        A[0, 0] = 0.0  # the first step must pivot
+        b = rng.normal(size=k)
+        x, pivot = jax.jit(la.solve_square)(A, b)
+        np.testing.assert_allclose(np.asarray(x), np.linalg.solve(A, b), rtol=1e-12, atol=1e-13)
+        assert float(pivot) > 0
+        grad = jax.grad(lambda A: jnp.sum(la.solve_square(A, b)[0] ** 2))(jnp.asarray(A))
+        inverse = np.linalg.inv(A)
+        np.testing.assert_allclose(np.asarray(grad), -inverse.T @ (2 * inverse @ b)[:, None] @ (inverse @ b)[None], rtol=1e-10)
+    x, pivot = la.solve_square(jnp.array([[1.0, 2.0], [2.0, 4.0]]), jnp.ones(2))
+    assert not float(pivot) > 1e-8 and not np.all(np.isfinite(np.asarray(x)))

@@ -407,3 +407,28 @@ def _pinv_solve_multipliers_jvp(unroll, primals, tangents):
     w = dB @ (Z - apply(B @ Z))
     dLam = -apply_T(S) + u - B @ apply(u) + apply_T(apply(w)) + apply_T(dZ)
     return (Z, Lam), (dZ, dLam)
+
+
+def solve_square(A: Float[Array, "k k"], b: Float[Array, " k"]) -> tuple[Float[Array, " k"], Float[Array, ""]]:
+    """`A⁻¹ b` for a small square `A` of no particular structure, by Gauss–Jordan elimination
+    with partial pivoting in a loop of `k` steps (no LAPACK, as everything here).
+
+    **Returns:**
+
+    `(x, pivot)`: the solution and the smallest pivot's magnitude (zero or NaN, and `x` not
+    finite, where `A` is singular).
+    """
+    k = A.shape[0]
+    rows = jnp.arange(k)
+
+    def step(i, carry):
+        A, b = carry
+        p = jnp.argmax(jnp.where(rows >= i, jnp.abs(A[:, i]), -1.0))
+        swap = jnp.where(rows == i, p, jnp.where(rows == p, i, rows))
+        A, b = A[swap], b[swap]
+        factor = jnp.where(rows == i, 0.0, A[:, i] / A[i, i])
+        return A - factor[:, None] * A[i][None, :], b - factor * b[i]
+
+    A, b = jax.lax.fori_loop(0, k, step, (A, b))
+    pivots = jnp.diagonal(A)
+    return b / pivots, jnp.min(jnp.abs(pivots), initial=jnp.inf)

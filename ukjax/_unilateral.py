@@ -28,6 +28,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, Real
 
 from . import _linalg as la
 from ._arrays import as_inexact
+from ._core import mass_check
 from ._constraints import AbstractConstraint, ConstraintRows, _as_rows, _jacobian, _time_derivative, holonomic_rows
 
 # The modes of a contact.
@@ -182,11 +183,6 @@ class ContactSolution(NamedTuple):
     solvable: Bool[Array, ""]
 
 
-def _mass_check(M, L):
-    symmetric = jnp.max(jnp.abs(M - M.T), initial=0) <= 1e-8 * jnp.max(jnp.abs(M), initial=0)
-    return symmetric & jnp.all(jnp.isfinite(L))
-
-
 def solve_modes(
     M: Float[Array, "n n"],
     Q: Float[Array, " n"],
@@ -238,10 +234,8 @@ def solve_modes(
     G = Lam[p : p + k, 1:]
     s = slide.astype(Q.dtype)
     coupling = jnp.eye(k, dtype=Q.dtype) - s[:, None] * G * s[None, :]
-    lam_slide = jnp.linalg.solve(coupling, s * Lam[p : p + k, 0])
-    solvable = jnp.all(jnp.isfinite(lam_slide)) & (
-        jnp.abs(jnp.linalg.det(coupling)) > 1e-8
-    )
+    lam_slide, pivot = la.solve_square(coupling, s * Lam[p : p + k, 0])
+    solvable = jnp.all(jnp.isfinite(lam_slide)) & (pivot > 1e-8)
     z = Z[:, 0] + Z[:, 1:] @ lam_slide
     lam = Lam[:, 0] + Lam[:, 1:] @ lam_slide
     force = L @ (z - Y @ lam_slide)
@@ -260,7 +254,7 @@ def solve_modes(
         sticking + sliding,
         contacts.normal.A @ x - contacts.normal.b,
         jnp.linalg.norm(residual) / jnp.where(scale > 0, scale, 1),
-        _mass_check(M, L),
+        mass_check(M, L),
         solvable,
     )
 
