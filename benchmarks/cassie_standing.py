@@ -12,9 +12,11 @@ largest loop-closure error, how far any joint passes its range, and the wall tim
 
 Measured 2026-11-25 (2 cores), 0.2 s: Cassie does not stand under this PD law in either
 simulator (the pelvis sinks 8.6 cm in ukjax, 9.4 cm in MuJoCo); ukjax's run ends in SUCCESS
-with its loops closed to 4e-13 and no joint past its range, but its feet go through 142 events
-(stick, slip, lift-off, impact) in 0.2 s and the run takes 6 minutes (32 s of it compiling),
-where MuJoCo's loops open by 2.5e-3 m and its feet creep 3 mm. Standing needs a balancing
+with its loops closed to 4e-13, no joint past its range and no penetration (1e-12 m), its feet
+going through 18 events (stick, slip, lift-off, impact) in 0.2 s, in 116 s (37 s compiling;
+another job shared the cores),
+where MuJoCo's loops open by 2.5e-3 m and its feet creep 3 mm. (A first run, before the event
+fixes of the same day, took 142 events and 6 minutes.) Standing needs a balancing
 controller and a faster event loop: the default horizon is 0.2 s until it has them.
 """
 
