@@ -16,7 +16,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Bool, Float
 
 # Largest matrix side that is unrolled. Measured on the parallel robot (n = 12, p = 10): unrolled,

@@ -18,7 +18,7 @@ from . import _linalg as la
 from ._arrays import as_inexact
 from ._core import sqrt_eps
 from ._jit import jit
-from ._systems import AbstractSystem, check_state, solve_dynamics, solve_levels
+from ._systems import AbstractSystem, check_state, levels_violation, solve_dynamics, solve_levels
 from ._unilateral import OPEN, SLIDING, STICKING, TOUCH, AbstractUnilateral, ContactRecord, Modes, select_modes
 
 
@@ -493,17 +493,17 @@ def _transition(system, t, q, qd, rest_speed):
 
     `(q, qd, modes, impulses, normal forces, penetration, converged)`.
     """
-    penetration = jnp.max(-system.constraint_levels(t, q, qd)[-1].contacts.normal.phi, initial=0)
-
     def newton(q, _):
         level = system.constraint_levels(t, q, qd)[-1]
         c = level.contacts
         touching = c.normal.phi <= TOUCH
         A = jnp.concatenate([level.rows.A, jnp.where(touching[:, None], c.normal.A, 0)])
         r = jnp.concatenate([level.rows.phi, jnp.where(touching, c.normal.phi, 0)])
-        return q - la.pinv_solve_multipliers(A, r[:, None], False)[0][:, 0], None
+        return q - la.pinv_solve_multipliers(A, r[:, None], False)[0][:, 0], jnp.max(-c.normal.phi, initial=0)
 
-    q, _ = jax.lax.scan(newton, q, None, length=2)
+    # the penetration met: the first step's, before any projection
+    q, penetration = jax.lax.scan(newton, q, None, length=2)
+    penetration = penetration[0]
     d = system.dynamics(t, q, qd)
     level = d.levels[-1]
     c = level.contacts
@@ -677,10 +677,7 @@ def _simulate_events(
     def saved(t, q, qd, mode, direction):
         d, level, (_, sol, _) = _contact_state(system, t, q, qd, Modes(mode, direction))
         # `violation` from the same levels
-        rows = [(lv.rows.phi, lv.rows.phid) for lv in d.levels]
-        rows.append((jnp.minimum(level.contacts.normal.phi, 0), jnp.zeros_like(level.contacts.normal.phi)))
-        violation = tuple(jnp.concatenate(x) for x in zip(*rows))
-        return level.contacts.normal.phi, sol.normal, sol.tangent, violation
+        return level.contacts.normal.phi, sol.normal, sol.tangent, levels_violation(d.levels)
 
     gap, normal, tangent, violation = jax.vmap(saved)(ts, q, qd, mode, direction)
     penetration = jnp.maximum(final["penetration"], jnp.max(jnp.where(jnp.isfinite(gap), -gap, 0), initial=0))

@@ -214,17 +214,20 @@ class AbstractSystem(eqx.Module):
         with `min(g, 0)` (the penetration) and zero. None for a system without constraints.
         """
         levels = self.constraint_levels(t, q, qd)
-        if not levels:
-            return None
-        phi, phid = [], []
-        for level in levels:
-            phi.append(level.rows.phi)
-            phid.append(level.rows.phid)
-            if level.contacts is not None:
-                # a unilateral row is violated only by penetration
-                phi.append(jnp.minimum(level.contacts.normal.phi, 0))
-                phid.append(jnp.zeros_like(level.contacts.normal.phi))
-        return jnp.concatenate(phi), jnp.concatenate(phid)
+        return levels_violation(levels) if levels else None
+
+
+def levels_violation(levels: Sequence[ConstraintLevel]) -> tuple[Float[Array, " p"], Float[Array, " p"]]:
+    """`(phi, phid)` of `AbstractSystem.violation` from levels already evaluated."""
+    phi, phid = [], []
+    for level in levels:
+        phi.append(level.rows.phi)
+        phid.append(level.rows.phid)
+        if level.contacts is not None:
+            # a unilateral row is violated only by penetration
+            phi.append(jnp.minimum(level.contacts.normal.phi, 0))
+            phid.append(jnp.zeros_like(level.contacts.normal.phi))
+    return jnp.concatenate(phi), jnp.concatenate(phid)
 
 
 def check_state(system: AbstractSystem, q: ArrayLike, qd: ArrayLike, batch: bool = False) -> tuple[Array, Array]:

@@ -7,7 +7,7 @@ from jaxtyping import Array, Float
 from .._animate import Sketch
 from .._arrays import as_inexact
 from .._constraints import ConstraintRows, holonomic_rows
-from .._unilateral import AbstractUnilateral, ContactRows
+from .._unilateral import AbstractUnilateral, ContactRows, _per_contact
 from . import algorithms
 from .equalities import tree_of
 
@@ -60,7 +60,8 @@ class JointLimits(AbstractUnilateral):
 
         normal = holonomic_rows(gap, t, q, qd)
         k = 2 * len(self.joints)
-        restitution = jnp.broadcast_to(jnp.concatenate([self.restitution] * 2) if self.restitution.ndim else self.restitution, (k,))
+        restitution = _per_contact(self.restitution, len(self.joints), "JointLimits restitution")
+        restitution = jnp.concatenate([restitution] * 2)  # the lower limits' rows, then the upper ones
         return ContactRows(normal, _no_tangents(k, q.shape[0], q.dtype), jnp.zeros(k, q.dtype), restitution)
 
 
@@ -142,8 +143,8 @@ class PlaneContacts(AbstractUnilateral):
         return ContactRows(
             normal,
             ConstraintRows(At, bt, zeros, At @ qd),
-            jnp.broadcast_to(self.friction, (k,)),
-            jnp.broadcast_to(self.restitution, (k,)),
+            _per_contact(self.friction, k, "PlaneContacts friction"),
+            _per_contact(self.restitution, k, "PlaneContacts restitution"),
         )
 
     def sketch(self, system, t, q):
