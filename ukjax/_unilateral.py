@@ -13,8 +13,9 @@ own normal force: with `B = A L⁻ᵀ` (`M = L Lᵀ`) and `K` the friction direc
 answer for the modes is exact and its multipliers are the minimum-norm ones. The modes
 themselves are the solution of the complementarity problem (`λₙ ≥ 0`, `g̈ ≥ 0`,
 `λₙ g̈ = 0`; `‖λₜ‖ ≤ μ λₙ` while sticking), found by changing the worst-violated mode one at
-a time, a bounded number of times. The same solve at the velocity level (`Q = 0`, targets
-`ġ⁺ = −e ġ⁻`) gives impacts by Newton's restitution law.
+a time (every contact outside its cone at once), a bounded number of times. The same solve
+at the velocity level (`Q = 0`, targets `ġ⁺ = −e ġ⁻`) gives impacts by Newton's restitution
+law.
 """
 
 import abc
@@ -276,7 +277,8 @@ def select_modes(
 ) -> tuple[Modes, ContactSolution, Bool[Array, ""]]:
     """The modes that solve the complementarity problem among `candidates` (the contacts
     touching, and not separating), starting from all of them closed, by changing the
-    worst-violated mode one at a time (at most `3k + 1` solves).
+    worst-violated mode one at a time, or every contact outside its cone at once (at most
+    `3k + 1` solves).
 
     **Arguments:**
 
@@ -331,9 +333,16 @@ def select_modes(
             [OPEN, jnp.where(can_stick[i], STICKING, SLIDING)],
             SLIDING,
         )
-        direction = jnp.where(kind == 2, -_unit(sol.tangent[i]), modes.direction[i])
-        direction = jnp.where(new == OPEN, 0, direction)
-        return Modes(mode.at[i].set(new), modes.direction.at[i].set(direction))
+        direction = jnp.where(new == OPEN, 0, modes.direction[i])
+        mode, direction = mode.at[i].set(new), modes.direction.at[i].set(direction)
+        # Where the worst violation is a cone's, every contact outside its cone starts to slide
+        # at once, against its own sticking force: one at a time, the forces that stay
+        # sticking turn to balance the first ones' friction, and a body held at several
+        # points (a box between two pads) would slide askew.
+        outside = (kind == 2) & (v[2] > 0)
+        mode = jnp.where(outside, SLIDING, mode)
+        direction = jnp.where(outside[:, None], -_unit(sol.tangent), direction)
+        return Modes(mode, direction)
 
     def cond(state):
         modes, sol, count = state

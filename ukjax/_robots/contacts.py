@@ -1,7 +1,10 @@
-"""A tree's unilateral constraints: joint limits, and contacts of primitive geoms with planes."""
+"""A tree's unilateral constraints: joint limits, contacts of spheres with planes fixed in the
+world (rows in closed form), and of spheres with primitive shapes fixed to bodies."""
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from .._animate import Sketch
@@ -9,7 +12,8 @@ from .._arrays import as_inexact
 from .._constraints import ConstraintRows, holonomic_rows
 from .._unilateral import AbstractUnilateral, ContactRows, _per_contact
 from . import algorithms
-from .equalities import tree_of
+from .spatial import mm, mv, put
+from .equalities import Connect, tree_of
 
 
 def _no_tangents(k: int, n: int, dtype) -> ConstraintRows:
@@ -163,3 +167,193 @@ class PlaneContacts(AbstractUnilateral):
         squares = jnp.concatenate([jnp.stack([corners[i], corners[(i + 1) % 4]], axis=1) for i in range(4)])
         links = jnp.concatenate([jnp.stack([origins, lowest], axis=1), squares.astype(q.dtype)])
         return Sketch(links, lowest)
+
+
+# The primitive shapes a sphere can touch, each as its signed distance and unit normal at a
+# point `y` in the shape's frame (`size`: a sphere's radius; a capsule's radius and half
+# length along z; a box's half sizes; a plane is z ≥ 0).
+SHAPES = ("plane", "sphere", "capsule", "box")
+
+
+def _safe_norm(x: Float[Array, "k 3"]) -> tuple[Float[Array, " k"], Float[Array, "k 3"]]:
+    """`‖x‖` and `x / ‖x‖` (zero and finite derivatives where `x` is zero)."""
+    squared = jnp.sum(x * x, axis=-1)
+    norm = jnp.sqrt(jnp.where(squared > 0, squared, 1.0))
+    return jnp.where(squared > 0, norm, 0.0), x / norm[:, None]
+
+
+def _distance(kind: str, y: Float[Array, "k 3"], size: Float[Array, "k 3"]):
+    """The signed distance from `y` to the shape `kind` and its outward normal there."""
+    if kind == "plane":
+        return y[:, 2], jnp.broadcast_to(jnp.eye(3, dtype=y.dtype)[2], y.shape)
+    if kind in ("sphere", "capsule"):
+        # a capsule is the points within its radius of its axis segment
+        axis = jnp.clip(y[:, 2], -size[:, 1], size[:, 1]) if kind == "capsule" else 0.0 * y[:, 2]
+        norm, normal = _safe_norm(y - axis[:, None] * jnp.eye(3, dtype=y.dtype)[2])
+        return norm - size[:, 0], normal
+    # a box: outside, the distance to its nearest point; inside, minus the distance to its
+    # nearest face
+    excess = jnp.abs(y) - size
+    outside, direction = _safe_norm(jnp.maximum(excess, 0.0))
+    face = jnp.argmax(excess, axis=-1)
+    inner = jnp.take_along_axis(excess, face[:, None], axis=-1)[:, 0]
+    is_out = jnp.any(excess > 0, axis=-1)
+    normal = jnp.sign(y) * jnp.where(is_out[:, None], direction, jax.nn.one_hot(face, 3, dtype=y.dtype))
+    return jnp.where(is_out, outside, inner), normal
+
+
+class ShapeContacts(AbstractUnilateral):
+    """Spheres fixed to bodies of a tree against primitive shapes (a plane, a sphere, a capsule
+    or a box) fixed to other bodies or to the world: `g` is the sphere centre's signed distance
+    to the shape minus the sphere's radius, `g ≥ 0`, with Coulomb friction on the relative
+    velocity of the two bodies at the touching point. A box's corners (radius 0) and a
+    capsule's end spheres make the contacts of boxes and capsules with each other. The rows
+    come from differentiating the gap and the slip velocity (exact; within a box's face,
+    edge and corner regions alike).
+
+    **Arguments:**
+
+    - `system`: the tree (or a system wrapping it), to check the bodies' names.
+    - `bodies`: the body of each sphere (`k` names; `"world"` for a fixed one).
+    - `centres`: each sphere's centre in its body's frame, shape (k, 3).
+    - `radii`: shape (k,).
+    - `shape_bodies`: the body each shape is fixed to (`k` names; `"world"` allowed).
+    - `kinds`: each shape's kind, one of `"plane"`, `"sphere"`, `"capsule"`, `"box"`.
+    - `positions`, `rotations`: each shape's frame in its body's frame, shapes (k, 3) and
+      (k, 3, 3) (a plane is the frame's `z ≥ 0`; a capsule's axis is its z axis).
+    - `sizes`: shape (k, 3): a sphere's radius; a capsule's radius and half length; a box's
+      half sizes (unused entries zero).
+    - `friction`: Coulomb's `μ` per contact (or a scalar).
+    - `restitution`: Newton's `e` per contact (or a scalar; default 0).
+    - `names`: a label per contact.
+    """
+
+    bodies: tuple[str, ...] = eqx.field(static=True)
+    centres: Float[Array, "k 3"]
+    radii: Float[Array, " k"]
+    shape_bodies: tuple[str, ...] = eqx.field(static=True)
+    kinds: tuple[str, ...] = eqx.field(static=True)
+    positions: Float[Array, "k 3"]
+    rotations: Float[Array, "k 3 3"]
+    sizes: Float[Array, "k 3"]
+    friction: Float[Array, "*k"]
+    restitution: Float[Array, "*k"]
+    names: tuple[str, ...] = eqx.field(static=True)
+
+    def __init__(
+        self,
+        system,
+        bodies,
+        centres,
+        radii,
+        shape_bodies,
+        kinds,
+        positions,
+        rotations,
+        sizes,
+        friction,
+        restitution=0.0,
+        names=None,
+    ):
+        tree = tree_of(system)
+        self.bodies, self.shape_bodies, self.kinds = tuple(bodies), tuple(shape_bodies), tuple(kinds)
+        k = len(self.bodies)
+        for body in self.bodies + self.shape_bodies:
+            tree.body_index(body)  # raises for an unknown body
+        if len(self.shape_bodies) != k or len(self.kinds) != k:
+            raise ValueError(f"ShapeContacts needs one shape body and one kind per sphere ({k}).")
+        unknown = sorted(set(self.kinds) - set(SHAPES))
+        if unknown:
+            raise ValueError(f"ShapeContacts kinds must be among {SHAPES}, got {unknown}.")
+        self.centres, self.radii = as_inexact(centres), as_inexact(radii)
+        self.positions, self.rotations, self.sizes = as_inexact(positions), as_inexact(rotations), as_inexact(sizes)
+        for name, x, shape in (
+            ("centres", self.centres, (k, 3)),
+            ("radii", self.radii, (k,)),
+            ("positions", self.positions, (k, 3)),
+            ("rotations", self.rotations, (k, 3, 3)),
+            ("sizes", self.sizes, (k, 3)),
+        ):
+            if x.shape != shape:
+                raise ValueError(f"ShapeContacts {name} must have shape {shape} for {k} spheres, got {x.shape}.")
+        self.friction, self.restitution = as_inexact(friction), as_inexact(restitution)
+        self.names = tuple(names) if names is not None else tuple(
+            f"{a}–{b}[{i}]" for i, (a, b) in enumerate(zip(self.bodies, self.shape_bodies))
+        )
+
+    def _distances(self, y: Float[Array, "k 3"], yd: Float[Array, "k 3"]):
+        """Each centre's signed distance to its shape (its frame's `y`), the unit normal `∇d`
+        there and the normal's rate `H ẏ` (`H` the distance's Hessian) along `ẏ`."""
+        distance, normal, rate = jnp.zeros(y.shape[0], y.dtype), jnp.zeros_like(y), jnp.zeros_like(y)
+        # one evaluation per kind present (a static grouping)
+        for kind in sorted(set(self.kinds)):
+            index = np.array([i for i, x in enumerate(self.kinds) if x == kind])
+            size = self.sizes[index].astype(y.dtype)
+            (d, n), (_, n_rate) = jax.jvp(lambda y: _distance(kind, y, size), (y[index],), (yd[index],))
+            distance, normal, rate = put(distance, index, d), put(normal, index, n), put(rate, index, n_rate)
+        return distance, normal, rate
+
+    def contact_rows(self, system, t, q, qd):
+        tree = tree_of(system)
+        kin = tree.kinematics(q)
+        motion = algorithms.motion(tree, kin, qd)
+        sphere = algorithms.points_motion(tree, kin, motion, self.bodies, self.centres)
+        shape = algorithms.points_motion(tree, kin, motion, self.shape_bodies, self.positions)
+        # the centre in the shape's frame, y = R_sᵀ s with s = R_Bᵀ (x − o) (B the shape's
+        # body, o the shape's origin): minus the rows of a loop joining o to x
+        s = Connect._rows(shape, sphere, qd)
+        R_s, r = self.rotations.astype(q.dtype), self.radii.astype(q.dtype)
+        R_st = jnp.swapaxes(R_s, 1, 2)
+        y, yd = -mv(R_st, s.phi), -mv(R_st, s.phid)
+        distance, n_local, n_local_rate = self._distances(y, yd)
+        # ġ = ∇d · ẏ, g̈ = ∇d · ÿ + ẏᵀ H ẏ, with ÿ = −R_sᵀ (A_s q̈ − b_s)
+        n_body = mv(R_s, n_local)
+        A = -jnp.einsum("kj,kjn->kn", n_body, s.A)
+        b = -jnp.sum(n_body * s.b, axis=-1) - jnp.sum(n_local_rate * yd, axis=-1)
+        normal = ConstraintRows(A, b, distance - r, jnp.sum(n_local * yd, axis=-1))
+        # the slip: the relative velocity of the two bodies' material points at the touching
+        # point c = x − r n, w = v_A(c) − v_B(c); its rate, exact also while the touching point
+        # moves over both surfaces (rolling), from ṅ = ω_B × n + R_B R_s H ẏ
+        n = mv(shape.rotation, n_body)
+        n_rate = jnp.cross(shape.omega, n) + mv(shape.rotation, mv(R_s, n_local_rate))
+        arm = sphere.x - r[:, None] * n - shape.x  # c − o
+        cross = lambda u, J: jnp.cross(u[:, :, None], J, axisa=1, axisb=1, axisc=1)  # noqa: E731
+        J = sphere.J + r[:, None, None] * cross(n, sphere.J_omega) - shape.J + cross(arm, shape.J_omega)
+        x_rate, o_rate = jnp.sum(sphere.J * qd, axis=-1), jnp.sum(shape.J * qd, axis=-1)
+        c_rate = x_rate - r[:, None] * n_rate
+        w_rate = (
+            sphere.bias
+            - r[:, None] * jnp.cross(sphere.alpha, n)
+            + jnp.cross(sphere.omega, c_rate - x_rate)
+            - shape.bias
+            - jnp.cross(shape.alpha, arm)
+            - jnp.cross(shape.omega, c_rate - o_rate)
+        )
+        w = jnp.sum(J * qd, axis=-1)
+        T, T_rate = jax.jvp(tangent_basis, (n,), (n_rate,))
+        At = jnp.einsum("kdj,kjn->kdn", T, J).reshape(-1, q.shape[0])
+        rate = jnp.einsum("kdj,kj->kd", T, w_rate) + jnp.einsum("kdj,kj->kd", T_rate, w)
+        k = len(self.bodies)
+        return ContactRows(
+            normal,
+            ConstraintRows(At, -rate.reshape(-1), jnp.zeros(2 * k, q.dtype), At @ qd),
+            _per_contact(self.friction, k, "ShapeContacts friction"),
+            _per_contact(self.restitution, k, "ShapeContacts restitution"),
+        )
+
+    def _touching(self, tree, q):
+        """Each touching point `x − r n` and each shape's origin, in the world."""
+        kin = tree.kinematics(q)
+        motion = algorithms.motion(tree, kin, jnp.zeros_like(q))
+        sphere = algorithms.points_motion(tree, kin, motion, self.bodies, self.centres)
+        shape = algorithms.points_motion(tree, kin, motion, self.shape_bodies, self.positions)
+        R = mm(shape.rotation, self.rotations.astype(q.dtype))
+        _, n_local, _ = self._distances(mv(jnp.swapaxes(R, 1, 2), sphere.x - shape.x), jnp.zeros_like(sphere.x))
+        return sphere.x - self.radii[:, None] * mv(R, n_local), sphere, shape
+
+    def sketch(self, system, t, q):
+        """Each sphere's body origin joined to its touching point (toward its shape), those
+        points, and each shape's frame origin joined to the same point."""
+        touching, sphere, shape = self._touching(tree_of(system), q)
+        origins = [jnp.stack([x, touching], axis=1) for x in (sphere.x - mv(sphere.rotation, self.centres), shape.x)]
+        return Sketch(jnp.concatenate(origins), touching)

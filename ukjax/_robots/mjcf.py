@@ -9,7 +9,7 @@ import numpy as np
 from .._jit import jit
 from .._systems import ConstrainedSystem
 from .actuators import Actuators
-from .contacts import JointLimits, PlaneContacts
+from .contacts import SHAPES, JointLimits, PlaneContacts, ShapeContacts
 from .equalities import Connect, JointCoupling, TendonCoupling, Weld
 from .model import Model
 from .tree import RigidBodyTree
@@ -69,18 +69,25 @@ def _disabled(mjm, *flags: str) -> bool:
     return any(mjm.opt.disableflags & int(getattr(mujoco.mjtDisableBit, f"mjDSBL_{f}")) for f in flags)
 
 
-def _colliding_pairs(mjm) -> list[tuple[int, int, float]]:
-    """The geom pairs MuJoCo's collision filter admits, with their sliding friction: different
-    weld bodies, not parent and child (unless `filterparent` is disabled or one is the world),
-    not excluded, compatible `contype`/`conaffinity` (friction: the higher `priority`'s, else
-    the larger); plus explicit `<pair>`s with their own."""
+# a box's corners in units of its half sizes
+_CORNERS = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=float)
+
+
+def _colliding_pairs(mjm) -> list[tuple[int, int, float, int]]:
+    """The geom pairs MuJoCo's collision filter admits, with their sliding friction and
+    `condim`: different weld bodies, not parent and child (unless `filterparent` is disabled
+    or one is the world), not excluded, compatible `contype`/`conaffinity` (friction and
+    `condim`: the higher `priority`'s, else the larger); plus explicit `<pair>`s with their own."""
     if _disabled(mjm, "CONSTRAINT") or _disabled(mjm, "CONTACT"):
         return []
     weld, parent = mjm.body_weldid, mjm.body_weldid[mjm.body_parentid[mjm.body_weldid]]
     filter_parent = not _disabled(mjm, "FILTERPARENT")
     excluded = set(int(x) for x in mjm.exclude_signature)
     geoms = np.flatnonzero((mjm.geom_contype != 0) | (mjm.geom_conaffinity != 0))
-    found = [(int(a), int(b), float(mu)) for a, b, mu in zip(mjm.pair_geom1, mjm.pair_geom2, mjm.pair_friction[:, 0])]
+    found = [
+        (int(a), int(b), float(mu), int(dim))
+        for a, b, mu, dim in zip(mjm.pair_geom1, mjm.pair_geom2, mjm.pair_friction[:, 0], mjm.pair_dim)
+    ]
     for k, g1 in enumerate(geoms):
         for g2 in geoms[k + 1 :]:
             b1, b2 = int(mjm.geom_bodyid[g1]), int(mjm.geom_bodyid[g2])
@@ -92,15 +99,17 @@ def _colliding_pairs(mjm) -> list[tuple[int, int, float]]:
             if (mjm.geom_contype[g1] & mjm.geom_conaffinity[g2]) or (mjm.geom_contype[g2] & mjm.geom_conaffinity[g1]):
                 p1, p2 = mjm.geom_priority[g1], mjm.geom_priority[g2]
                 mu1, mu2 = mjm.geom_friction[g1, 0], mjm.geom_friction[g2, 0]
+                dim1, dim2 = mjm.geom_condim[g1], mjm.geom_condim[g2]
                 mu = mu1 if p1 > p2 else mu2 if p2 > p1 else max(mu1, mu2)
-                found.append((int(g1), int(g2), float(mu)))
+                dim = dim1 if p1 > p2 else dim2 if p2 > p1 else max(dim1, dim2)
+                found.append((int(g1), int(g2), float(mu), int(dim)))
     return found
 
 
 def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
-    """The file's joint limits and its contacts of spheres, capsules and boxes with planes
-    fixed in the world, as exact unilateral constraints; what else could collide goes to
-    `notes`."""
+    """The file's joint limits, the contacts of its spheres, capsules and boxes with planes
+    fixed in the world and with each other, as exact unilateral constraints; what else could
+    collide goes to `notes`."""
     import mujoco
 
     out = []
@@ -117,34 +126,65 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
     if cones and limits_on:
         notes.append(f"the cone limits of ball joints ({', '.join(cones)})")
     geom = lambda g: _name(mjm, mujoco.mjtObj.mjOBJ_GEOM, g, "geom")  # noqa: E731
-    plane, sphere, capsule, box = (int(x) for x in (mujoco.mjtGeom.mjGEOM_PLANE, mujoco.mjtGeom.mjGEOM_SPHERE, mujoco.mjtGeom.mjGEOM_CAPSULE, mujoco.mjtGeom.mjGEOM_BOX))
-    spheres, others = [], []
-    for g1, g2, mu in _colliding_pairs(mjm):
-        if mjm.geom_type[g2] == plane:
-            g1, g2 = g2, g1
-        kind, body = int(mjm.geom_type[g2]), int(mjm.geom_bodyid[g2])
-        if mjm.geom_type[g1] != plane or mjm.geom_bodyid[g1] != 0 or kind not in (sphere, capsule, box) or body == 0:
-            others.append(f"{geom(g1)}–{geom(g2)}")
-            continue
-        R = _rotation(mjm.geom_quat[g2])
-        size = mjm.geom_size[g2]
-        if kind == sphere:
+    body = lambda g: "world" if mjm.geom_bodyid[g] == 0 else tree.body_names[mjm.geom_bodyid[g] - 1]  # noqa: E731
+    kinds = {int(getattr(mujoco.mjtGeom, f"mjGEOM_{kind.upper()}")): kind for kind in SHAPES}
+    kind = lambda g: kinds.get(int(mjm.geom_type[g]))  # noqa: E731
+
+    def spheres(g) -> list[tuple[np.ndarray, float]]:
+        """The geom as spheres in its body's frame: a sphere, a capsule's end spheres, a box's
+        corners (radius 0)."""
+        R, size = _rotation(mjm.geom_quat[g]), mjm.geom_size[g]
+        if kind(g) == "sphere":
             points, radius = [np.zeros(3)], size[0]
-        elif kind == capsule:
+        elif kind(g) == "capsule":
             points, radius = [R[:, 2] * size[1], -R[:, 2] * size[1]], size[0]
         else:
-            corners = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)]) * size
-            points, radius = list(corners @ R.T), 0.0
-        normal = _rotation(mjm.geom_quat[g1])[:, 2]
-        for i, point in enumerate(points):
-            label = f"{geom(g2)}–{geom(g1)}" + (f"[{i}]" if len(points) > 1 else "")
-            spheres.append((tree.body_names[body - 1], mjm.geom_pos[g2] + point, radius, normal, normal @ mjm.geom_pos[g1], mu, label))
-    if spheres:
-        bodies, centres, radii, normals, offsets, friction, labels = zip(*spheres)
+            points, radius = list(_CORNERS * size @ R.T), 0.0
+        return [(mjm.geom_pos[g] + point, float(radius)) for point in points]
+
+    on_planes, on_shapes, others, twisting = [], [], [], 0
+    for g1, g2, mu, dim in _colliding_pairs(mjm):
+        mu = 0.0 if dim == 1 else mu
+        if kind(g2) == "plane" or kind(g1) == "sphere":
+            g1, g2 = g2, g1
+        if kind(g1) is None or kind(g2) in (None, "plane") or (kind(g1) == "plane" and mjm.geom_bodyid[g1] != 0):
+            others.append(f"{geom(g1)}–{geom(g2)}")
+        elif kind(g1) == "plane":
+            normal = _rotation(mjm.geom_quat[g1])[:, 2]
+            points = spheres(g2)
+            for i, (point, radius) in enumerate(points):
+                label = f"{geom(g2)}–{geom(g1)}" + (f"[{i}]" if len(points) > 1 else "")
+                on_planes.append((body(g2), point, radius, normal, normal @ mjm.geom_pos[g1], mu, label))
+            twisting += dim > 3
+        else:
+            # a sphere's centre against the other shape; boxes' corners and capsules' end
+            # spheres against each other's shape, both ways
+            for a, b in ((g2, g1),) if kind(g2) == "sphere" else ((g1, g2), (g2, g1)):
+                points = spheres(a)
+                used = {"sphere": 1, "capsule": 2, "box": 3}[kind(b)]
+                size = np.where(np.arange(3) < used, mjm.geom_size[b], 0.0)
+                for i, (point, radius) in enumerate(points):
+                    label = f"{geom(a)}–{geom(b)}" + (f"[{i}]" if len(points) > 1 else "")
+                    on_shapes.append(
+                        (body(a), point, radius, body(b), kind(b), mjm.geom_pos[b], _rotation(mjm.geom_quat[b]), size, mu, label)
+                    )
+            twisting += dim > 3
+    if on_planes:
+        bodies, centres, radii, normals, offsets, friction, labels = zip(*on_planes)
         out.append(PlaneContacts(tree, bodies, np.array(centres), np.array(radii), np.array(normals), np.array(offsets), np.array(friction), names=labels))
+    if on_shapes:
+        bodies, centres, radii, shape_bodies, shape_kinds, positions, rotations, sizes, friction, labels = zip(*on_shapes)
+        out.append(
+            ShapeContacts(
+                tree, bodies, np.array(centres), np.array(radii), shape_bodies, shape_kinds, np.array(positions),
+                np.array(rotations), np.array(sizes), np.array(friction), names=labels,
+            )
+        )
+    if twisting:
+        notes.append(f"torsional and rolling friction (condim 4 or 6) of {twisting} geom pair(s): sliding friction kept")
     if others:
         notes.append(
-            f"contacts other than spheres, capsules and boxes on planes fixed in the world ({len(others)} geom pairs: "
+            f"contacts other than those of planes, spheres, capsules and boxes ({len(others)} geom pairs: "
             f"{', '.join(others[:6])}{', …' if len(others) > 6 else ''})"
         )
     return tuple(out)

@@ -2,7 +2,11 @@
 `ukjax._robots`, re-exported here)."""
 
 from .._robots.actuators import Actuated as Actuated, Actuators as Actuators
-from .._robots.contacts import JointLimits as JointLimits, PlaneContacts as PlaneContacts
+from .._robots.contacts import (
+    JointLimits as JointLimits,
+    PlaneContacts as PlaneContacts,
+    ShapeContacts as ShapeContacts,
+)
 from .._robots.equalities import (
     Connect as Connect,
     JointCoupling as JointCoupling,

@@ -1,0 +1,179 @@
+"""A parallel-jaw gripper and a box (examples/grasp.xml): contacts between boxes read from the
+file, their rows against automatic differentiation, the jaws stopping at the box, and the box
+held with no creep, or sliding as Coulomb says, in one batch; MuJoCo on the same file creeps."""
+
+import warnings
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ukjax
+from ukjax._constraints import _time_derivative, holonomic_rows
+from ukjax.models import PlaneContacts, ShapeContacts
+
+# one worker: the module's batch is a fixture its tests share
+pytestmark = pytest.mark.xdist_group("grasp")
+
+GRASP = str(ukjax.examples.path("grasp.xml"))
+G, SQUEEZE, PAD, BOX = 9.81, 4.0, 0.05, 0.1  # m/s², the motor's force (N), masses (kg)
+GAP = 0.02  # between each pad and the box in the "open" keyframe
+HELD, SLIPS = 0.5, 0.24  # μ: 2 μ (F/2) above and below m g
+T1 = 0.25  # before the slipping box reaches the floor 9 mm below
+
+
+def _load(keyframe):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every contact of the file is built
+        return ukjax.models.from_mjcf(GRASP, keyframe=keyframe)
+
+
+@pytest.fixture(scope="module")
+def grasp():
+    """The box held (μ = 0.5), the box slipping (μ = 0.24), and the jaws closing on the box on
+    the floor, each squeezed by the motor with SQUEEZE, simulated together for T1."""
+    model, opened = _load("holding"), _load("open")
+    system = ukjax.ConstrainedSystem(
+        model.controlled(lambda t, q, qd: jnp.array([SQUEEZE])), model.constraints + model.unilateral
+    )
+    pads = lambda s: s.constraints[-1].friction  # noqa: E731
+    batched = eqx.tree_at(pads, system, jnp.array([HELD, SLIPS, HELD])[:, None] * jnp.ones(32))
+    axes = eqx.tree_at(pads, jax.tree.map(lambda _: None, system), 0, is_leaf=lambda x: x is None)
+    q0 = jnp.stack([model.q0, model.q0, opened.q0])
+    ts = np.linspace(0, T1, 11)
+    sol = ukjax.simulate_batch(batched, q0, jnp.zeros_like(q0), 0.0, T1, ts=ts, system_axes=axes)
+    return model, np.asarray(q0), ts, sol
+
+
+def test_the_files_contacts_are_built(grasp):
+    model = grasp[0]
+    limits, floor, pads = model.unilateral
+    assert limits.joints == ("left", "right")
+    # the box's corners on the floor; the pads neither touch the floor (contype) nor each other
+    # (<exclude>); each pad's corners against the box and the box's corners against each pad
+    assert isinstance(floor, PlaneContacts) and floor.names == tuple(f"box–floor[{i}]" for i in range(8))
+    assert isinstance(pads, ShapeContacts) and len(pads.names) == 32
+    assert set(pads.kinds) == {"box"} and set(pads.bodies) == set(pads.shape_bodies) == {"left", "right", "box"}
+    assert pads.names[0] == "left_pad–box[0]" and pads.names[8] == "box–left_pad[0]"
+
+
+def _reference(contacts: ShapeContacts, tree):
+    """The gap and the slip written directly from poses and differentiated automatically."""
+    from ukjax._robots.contacts import _distance, tangent_basis
+
+    b = len(tree.parents)
+    index = [np.array([b if i < 0 else i for i in map(tree.body_index, names)]) for names in (contacts.bodies, contacts.shape_bodies)]
+
+    def frames(q):
+        kin = tree.kinematics(q)
+        R = jnp.concatenate([kin.rotations, jnp.eye(3)[None]])
+        p = jnp.concatenate([kin.positions, jnp.zeros((1, 3))])
+        one, two = index
+        R_shape = jnp.einsum("kij,kjl->kil", R[two], contacts.rotations)
+        return R[one], p[one], R_shape, p[two] + jnp.einsum("kij,kj->ki", R[two], contacts.positions)
+
+    def geometry(q):
+        R, p, R_shape, p_shape = frames(q)
+        x = p + jnp.einsum("kij,kj->ki", R, contacts.centres)
+        d, n = _distance("box", jnp.einsum("kji,kj->ki", R_shape, x - p_shape), contacts.sizes)
+        return d - contacts.radii, x, jnp.einsum("kij,kj->ki", R_shape, n)
+
+    def slip(t, q, qd):
+        _, x, n = geometry(q)
+        touching = x - contacts.radii[:, None] * n
+        R, p, R_shape, p_shape = frames(q)
+        on_one = jnp.einsum("kji,kj->ki", R, touching - p)
+        on_two = jnp.einsum("kji,kj->ki", R_shape, touching - p_shape)
+
+        def points(q):  # the two bodies' material points at the touching point
+            R, p, R_shape, p_shape = frames(q)
+            return p + jnp.einsum("kij,kj->ki", R, on_one) - p_shape - jnp.einsum("kij,kj->ki", R_shape, on_two)
+
+        return jnp.einsum("kdj,kj->kd", tangent_basis(n), jax.jvp(points, (q,), (qd,))[1]).reshape(-1)
+
+    def rows(q, qd):
+        normal = holonomic_rows(lambda t, q: geometry(q)[0], 0.0, q, qd)
+        v, rate = _time_derivative(slip, jnp.asarray(0.0), q, qd)
+        return normal, jax.jacfwd(lambda qd: slip(0.0, q, qd))(qd), -rate, v
+
+    return rows
+
+
+def test_box_contact_rows_equal_automatic_differentiation(grasp):
+    """At states with the box turned at random (corners over faces, edges and corners), its
+    velocity tangent to the unit quaternions: the closed-form rows (gap, slip, and their rates
+    with the touching point moving over both surfaces) against the same quantities differentiated
+    automatically."""
+    model = grasp[0]
+    contacts, tree = model.unilateral[-1], model.system
+    reference = jax.jit(_reference(contacts, tree))
+    ours = jax.jit(lambda q, qd: contacts.contact_rows(tree, 0.0, q, qd))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        q = np.asarray(model.q0) + rng.normal(0, 0.01, 9)
+        q[5:] = rng.normal(size=4)
+        q[5:] /= np.linalg.norm(q[5:])
+        qd = rng.normal(size=9)
+        qd[5:] -= (qd[5:] @ q[5:]) * q[5:]
+        normal, At, bt, v = reference(jnp.asarray(q), jnp.asarray(qd))
+        rows = ours(jnp.asarray(q), jnp.asarray(qd))
+        for got, want in (
+            (rows.normal.phi, normal.phi),
+            (rows.normal.phid, normal.phid),
+            (rows.normal.A, normal.A),
+            (rows.normal.b, normal.b),
+            (rows.tangent.phid, v),
+            (rows.tangent.A, At),
+            (rows.tangent.b, bt),
+        ):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-11, atol=1e-11 * np.abs(want).max())
+
+
+def test_the_jaws_stop_at_the_box(grasp):
+    """Closing from 2 cm at F / (2 m_pad) (the jaws coupled), they reach the box at
+    √(4 m_pad d / F) and stop there without pushing it; the pads then press with F in all."""
+    _, q0, _, sol = grasp
+    assert int(sol.status[2]) == ukjax.Status.SUCCESS
+    np.testing.assert_allclose(float(sol.contacts.event_times[2, 0]), np.sqrt(4 * PAD * GAP / SQUEEZE), rtol=1e-9)
+    assert np.isinf(sol.contacts.event_times[2, 1])  # one event: both jaws at once, plastic
+    q = np.asarray(sol.q[2])
+    np.testing.assert_allclose(q[-5:, :2], GAP, atol=1e-9)
+    np.testing.assert_allclose(q[:, 2:], np.broadcast_to(q0[2, 2:], (11, 7)), atol=1e-12)
+    assert float(sol.contacts.penetration[2]) <= 1e-9
+    pads = np.asarray(sol.contacts.normal[2, -1, 12:])  # after the limits' 4 rows and the floor's 8
+    np.testing.assert_allclose(pads.sum(), SQUEEZE, rtol=1e-9)
+
+
+def test_the_box_is_held_with_no_creep_where_mujoco_creeps(grasp):
+    """μ = 0.5: 2 μ (F/2) = 2 N of friction can hold m g = 0.98 N, and every pad's corners stick:
+    the box does not move (MuJoCo's soft contacts let it creep down: measured on the same file)."""
+    import mujoco
+
+    _, q0, ts, sol = grasp
+    assert int(sol.status[0]) == ukjax.Status.SUCCESS
+    np.testing.assert_allclose(np.asarray(sol.q[0]), np.broadcast_to(q0[0], (11, 9)), atol=1e-12)
+    normal, tangent = np.asarray(sol.contacts.normal[0, -1, 12:]), np.asarray(sol.contacts.tangent[0, -1, 12:])
+    # each pad presses with F/2 (the left pad's contacts first), and the friction, vertical
+    # in each contact's own tangent axes, carries the weight
+    np.testing.assert_allclose([normal[:16].sum(), normal[16:].sum()], SQUEEZE / 2, rtol=1e-9)
+    np.testing.assert_allclose(np.linalg.norm(tangent, axis=1).sum(), BOX * G, rtol=1e-9)
+    assert np.all(np.asarray(sol.contacts.mode[0, -1, 12:])[normal > 0] == 2)  # sticking
+    mj = mujoco.MjModel.from_xml_path(GRASP)
+    data = mujoco.MjData(mj)
+    mujoco.mj_resetDataKeyframe(mj, data, mj.key("holding").id)
+    for _ in range(round(T1 / mj.opt.timestep)):
+        mujoco.mj_step(mj, data)
+    assert q0[0, 4] - data.qpos[4] > 1e-6
+
+
+def test_the_box_slips_at_g_minus_mu_f_over_m(grasp):
+    """μ = 0.24: the pads' friction μ F = 0.96 N falls short of m g, and the box slides down
+    between them at g − μ F / m."""
+    _, q0, ts, sol = grasp
+    assert int(sol.status[1]) == ukjax.Status.SUCCESS
+    z = q0[1, 4] - 0.5 * (G - SLIPS * SQUEEZE / BOX) * ts**2
+    np.testing.assert_allclose(np.asarray(sol.q[1, :, 4]), z, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(sol.q[1, :, :4]), np.broadcast_to(q0[1, :4], (11, 4)), atol=1e-9)
+    assert float(sol.contacts.penetration[1]) <= 1e-9
