@@ -389,7 +389,7 @@ def test_unsupported_features_named_in_one_warning():
         '<site name="tip" pos="0 0 0.08"/>', '<site name="tip" pos="0 0 0.08"/><geom size="0.02"/>'
     )
     xml = xml.replace(
-        '<inertial pos="0 0 0" mass="0.4"', '<geom size="0.02"/><inertial pos="0 0 0" mass="0.4"'
+        '<inertial pos="0 0 0" mass="0.4"', '<geom type="cylinder" size="0.02 0.02"/><inertial pos="0 0 0" mass="0.4"'
     )
     xml = xml.replace(
         "</worldbody>",
@@ -400,10 +400,10 @@ def test_unsupported_features_named_in_one_warning():
         model = models.from_mjcf(xml)
     assert len(caught) == 1
     message = str(caught[0].message)
-    # two spheres on moving bodies: a pair the unilateral constraints do not model (yet), named;
-    # the limit on j6 is modelled (model.unilateral), and so is the position actuator
+    # a sphere and a cylinder on moving bodies: a pair the unilateral constraints do not model
+    # (yet), named; the limit on j6 is modelled (model.unilateral), and so is the position actuator
     assert (
-        "contacts other than spheres, capsules and boxes on planes fixed in the world (1 geom pairs" in message
+        "contacts other than those of planes, spheres, capsules and boxes (1 geom pairs" in message
         and "limit" not in message
         and "actuator" not in message
     )
@@ -556,7 +556,9 @@ def test_option_flags_are_honoured(flag):
     np.testing.assert_allclose(ours, d.qfrc_passive - d.qfrc_bias + d.qfrc_actuator, atol=1e-12)
     assert len(model.constraints) == (0 if flag == "equality" else 1) == mjm.neq * (flag != "equality")
     message = " ".join(str(w.message) for w in caught)
-    assert ("contacts" in message) == (d.ncon > 0) == (flag == "filterparent")
+    # the overlapping capsules' contacts are built (end spheres against the other capsule)
+    assert "contacts" not in message
+    assert (len(model.unilateral) > 0) == (d.ncon > 0) == (flag == "filterparent")
     # the motor's ctrlrange clamps a command beyond it, in `controlled` as in MuJoCo
     d.ctrl[:] = [1.6]
     mujoco.mj_forward(mjm, d)

@@ -532,8 +532,9 @@ def from_mjcf(source: str | os.PathLike, *, keyframe: str | int | None = None) -
     [`ukjax.models.JointCoupling`][], [`ukjax.models.TendonCoupling`][]), its actuators
     [`ukjax.models.Actuators`][] (and its plain joint motors the actuation matrix), its joint
     ranges and the contacts of its spheres, capsules and boxes with planes fixed in the world
-    exact unilateral constraints ([`ukjax.models.JointLimits`][],
-    [`ukjax.models.PlaneContacts`][], in `model.unilateral`). The file's `<option>` flags are
+    and with each other exact unilateral constraints ([`ukjax.models.JointLimits`][],
+    [`ukjax.models.PlaneContacts`][], [`ukjax.models.ShapeContacts`][], in
+    `model.unilateral`). The file's `<option>` flags are
     honoured, and a start that violates the equalities is projected onto them. What the tree
     does not model (other contacts, spatial tendons, soft constraint parameters, activation
     dynamics) is named in one warning, and so is the one
