@@ -6,7 +6,7 @@ coefficient, from μ = 0.5 (friction 2.0x the weight) to μ = 2 (8.2x).
 For each simulator, the same run: 1 s of every member, MuJoCo at the file's 0.5 ms step with
 its default `solref` (0.02 s) and with a tight one (0.002 s). Columns: how far the box creeps
 down (it should not move: MuJoCo's soft contacts slip while they stick, mujoco#3328), for
-the member with the least and the most friction, the pads' largest penetration into the box,
+the member with the least and the most friction, the largest penetration (pads into the box),
 and throughput in simulated seconds per wall-clock second for the whole batch. ukjax's
 compile time is printed apart.
 

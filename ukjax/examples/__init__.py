@@ -11,7 +11,7 @@ def names() -> list[str]:
 
     **Returns:**
 
-    Their names, sorted (`"contacts.xml"`, `"fourbar.xml"`, `"gripper.xml"`).
+    Their names, sorted (`"contacts.xml"`, `"fourbar.xml"`, `"grasp.xml"`, `"gripper.xml"`).
     """
     return sorted(p.name for p in _HERE.glob("*.xml"))
 
