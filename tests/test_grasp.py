@@ -1,6 +1,6 @@
 """A parallel-jaw gripper and a box (examples/grasp.xml): contacts between boxes read from the
 file, their rows against automatic differentiation, the jaws stopping at the box, and the box
-held with no creep, or sliding as Coulomb says, in one batch; MuJoCo on the same file creeps."""
+held with no creep, or sliding as Coulomb says; MuJoCo on the same file creeps."""
 
 import warnings
 
@@ -14,7 +14,7 @@ import ukjax
 from ukjax._constraints import _time_derivative, holonomic_rows
 from ukjax.models import PlaneContacts, ShapeContacts
 
-# one worker: the module's batch is a fixture its tests share
+# one worker: the module's simulations are a fixture its tests share
 pytestmark = pytest.mark.xdist_group("grasp")
 
 GRASP = str(ukjax.examples.path("grasp.xml"))
@@ -33,18 +33,20 @@ def _load(keyframe):
 @pytest.fixture(scope="module")
 def grasp():
     """The box held (μ = 0.5), the box slipping (μ = 0.24), and the jaws closing on the box on
-    the floor, each squeezed by the motor with SQUEEZE, simulated together for T1."""
+    the floor, each squeezed by the motor with SQUEEZE, for T1: one program run three times
+    (the members' results stacked), which compiles in two thirds of a batch's time."""
     model, opened = _load("holding"), _load("open")
     system = ukjax.ConstrainedSystem(
         model.controlled(lambda t, q, qd: jnp.array([SQUEEZE])), model.constraints + model.unilateral
     )
-    pads = lambda s: s.constraints[-1].friction  # noqa: E731
-    batched = eqx.tree_at(pads, system, jnp.array([HELD, SLIPS, HELD])[:, None] * jnp.ones(32))
-    axes = eqx.tree_at(pads, jax.tree.map(lambda _: None, system), 0, is_leaf=lambda x: x is None)
-    q0 = jnp.stack([model.q0, model.q0, opened.q0])
     ts = np.linspace(0, T1, 11)
-    sol = ukjax.simulate_batch(batched, q0, jnp.zeros_like(q0), 0.0, T1, ts=ts, system_axes=axes)
-    return model, np.asarray(q0), ts, sol
+    runs = [
+        ukjax.simulate(
+            eqx.tree_at(lambda s: s.constraints[-1].friction, system, jnp.full(32, mu)), q0, jnp.zeros_like(q0), 0.0, T1, ts=ts
+        )
+        for mu, q0 in ((HELD, model.q0), (SLIPS, model.q0), (HELD, opened.q0))
+    ]
+    return model, np.stack([model.q0, model.q0, opened.q0]), ts, jax.tree.map(lambda *x: jnp.stack(x), *runs)
 
 
 def test_the_files_contacts_are_built(grasp):
@@ -65,6 +67,7 @@ def _reference(contacts: ShapeContacts, tree):
 
     b = len(tree.parents)
     index = [np.array([b if i < 0 else i for i in map(tree.body_index, names)]) for names in (contacts.bodies, contacts.shape_bodies)]
+    kinds = {kind: np.array([i for i, x in enumerate(contacts.kinds) if x == kind]) for kind in set(contacts.kinds)}
 
     def frames(q):
         kin = tree.kinematics(q)
@@ -77,7 +80,11 @@ def _reference(contacts: ShapeContacts, tree):
     def geometry(q):
         R, p, R_shape, p_shape = frames(q)
         x = p + jnp.einsum("kij,kj->ki", R, contacts.centres)
-        d, n = _distance("box", jnp.einsum("kji,kj->ki", R_shape, x - p_shape), contacts.sizes)
+        y = jnp.einsum("kji,kj->ki", R_shape, x - p_shape)
+        d, n = jnp.zeros(len(contacts.kinds)), jnp.zeros_like(y)
+        for kind, i in kinds.items():
+            d_kind, n_kind = _distance(kind, y[i], contacts.sizes[i])
+            d, n = d.at[i].set(d_kind), n.at[i].set(n_kind)
         return d - contacts.radii, x, jnp.einsum("kij,kj->ki", R_shape, n)
 
     def slip(t, q, qd):
@@ -101,22 +108,20 @@ def _reference(contacts: ShapeContacts, tree):
     return rows
 
 
-def test_box_contact_rows_equal_automatic_differentiation(grasp):
-    """At states with the box turned at random (corners over faces, edges and corners), its
-    velocity tangent to the unit quaternions: the closed-form rows (gap, slip, and their rates
-    with the touching point moving over both surfaces) against the same quantities differentiated
-    automatically."""
-    model = grasp[0]
-    contacts, tree = model.unilateral[-1], model.system
+def _check_rows(model, contacts: ShapeContacts, rng):
+    """The closed-form rows (gap, slip, and their rates with the touching point moving over
+    both surfaces) against the same quantities differentiated automatically, at three states
+    with every quaternion drawn at random and the velocity tangent to the unit quaternions."""
+    tree = model.system
     reference = jax.jit(_reference(contacts, tree))
     ours = jax.jit(lambda q, qd: contacts.contact_rows(tree, 0.0, q, qd))
-    rng = np.random.default_rng(0)
+    n = model.q0.shape[0]
     for _ in range(3):
-        q = np.asarray(model.q0) + rng.normal(0, 0.01, 9)
-        q[5:] = rng.normal(size=4)
-        q[5:] /= np.linalg.norm(q[5:])
-        qd = rng.normal(size=9)
-        qd[5:] -= (qd[5:] @ q[5:]) * q[5:]
+        q, qd = np.asarray(model.q0) + rng.normal(0, 0.01, n), rng.normal(size=n)
+        for i in tree._quaternions():
+            u = rng.normal(size=4)
+            q[i : i + 4] = u / np.linalg.norm(u)
+            qd[i : i + 4] -= (qd[i : i + 4] @ q[i : i + 4]) * q[i : i + 4]
         normal, At, bt, v = reference(jnp.asarray(q), jnp.asarray(qd))
         rows = ours(jnp.asarray(q), jnp.asarray(qd))
         for got, want in (
@@ -131,6 +136,11 @@ def test_box_contact_rows_equal_automatic_differentiation(grasp):
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-11, atol=1e-11 * np.abs(want).max())
 
 
+def test_box_contact_rows_equal_automatic_differentiation(grasp):
+    """The pads' and the box's corners against each other, the box turned at random (corners
+    over faces, edges and corners, inside and out)."""
+    model = grasp[0]
+    _check_rows(model, model.unilateral[-1], np.random.default_rng(0))
 def test_the_jaws_stop_at_the_box(grasp):
     """Closing from 2 cm at F / (2 m_pad) (the jaws coupled), they reach the box at
     √(4 m_pad d / F) and stop there without pushing it; the pads then press with F in all."""
@@ -177,3 +187,30 @@ def test_the_box_slips_at_g_minus_mu_f_over_m(grasp):
     np.testing.assert_allclose(np.asarray(sol.q[1, :, 4]), z, atol=1e-9)
     np.testing.assert_allclose(np.asarray(sol.q[1, :, :4]), np.broadcast_to(q0[1, :4], (11, 4)), atol=1e-9)
     assert float(sol.contacts.penetration[1]) <= 1e-9
+
+
+SHAPES = """<mujoco><worldbody>
+  <geom name="post" type="capsule" fromto="0.3 0 0 0.3 0 0.4" size="0.03"/>
+  <geom name="table" type="box" pos="-0.3 0 0.1" size="0.1 0.2 0.1" euler="0 0 20"/>
+  <body name="ball" pos="0 0 0.5"><freejoint/><geom name="ball" size="0.05" mass="1"/></body>
+  <body name="pellet" pos="0.1 0.1 0.5"><freejoint/><geom name="pellet" size="0.02" mass="0.2"/></body>
+  <body name="rod" pos="0 0.3 0.5"><freejoint/><geom name="rod" type="capsule" fromto="-0.1 0 0 0.1 0 0.05" size="0.02" mass="0.5"/></body>
+  <body name="brick" pos="0 -0.3 0.5" euler="10 20 30"><freejoint/>
+    <geom name="brick" type="box" pos="0.01 0 0" size="0.05 0.03 0.02" euler="0 30 0" mass="0.7"/></body>
+</worldbody></mujoco>"""
+
+
+def test_every_shape_pair_from_a_file_and_its_rows():
+    """Spheres, capsules and boxes on free bodies and fixed in the world, every pair: a sphere's
+    centre against the other shape, capsules' end spheres and boxes' corners both ways; the
+    rows in closed form against automatic differentiation at random states."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = ukjax.models.from_mjcf(SHAPES)
+    (contacts,) = model.unilateral
+    assert set(contacts.kinds) == {"sphere", "capsule", "box"}
+    assert "ball–pellet" in contacts.names and "pellet–ball" not in contacts.names  # one contact
+    assert sum(name.startswith("rod–brick") for name in contacts.names) == 2  # the rod's ends
+    assert sum(name.startswith("brick–rod") for name in contacts.names) == 8  # the brick's corners
+    assert sum(name.startswith("ball–") for name in contacts.names) == 5  # the pellet, rod, brick, post, table
+    _check_rows(model, contacts, np.random.default_rng(1))
