@@ -214,3 +214,20 @@ def test_every_shape_pair_from_a_file_and_its_rows():
     assert sum(name.startswith("brick–rod") for name in contacts.names) == 8  # the brick's corners
     assert sum(name.startswith("ball–") for name in contacts.names) == 5  # the pellet, rod, brick, post, table
     _check_rows(model, contacts, np.random.default_rng(1))
+
+
+def test_bad_shape_contacts_are_refused():
+    tree = ukjax.models.from_mjcf(SHAPES).system
+    good = dict(
+        bodies=["ball"], centres=np.zeros((1, 3)), radii=np.zeros(1), shape_bodies=["world"], kinds=["box"],
+        positions=np.zeros((1, 3)), rotations=np.eye(3)[None], sizes=np.ones((1, 3)), friction=0.5,
+    )
+    ShapeContacts(tree, **good)
+    for change, match in (
+        (dict(kinds=["cylinder"]), "kinds must be among"),
+        (dict(shape_bodies=["nowhere"]), "No body named 'nowhere'"),
+        (dict(shape_bodies=["world", "world"]), "one shape body and one kind per sphere"),
+        (dict(rotations=np.eye(3)), r"rotations must have shape \(1, 3, 3\)"),
+    ):
+        with pytest.raises((ValueError, KeyError), match=match):
+            ShapeContacts(tree, **{**good, **change})

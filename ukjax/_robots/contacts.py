@@ -69,6 +69,16 @@ class JointLimits(AbstractUnilateral):
         return ContactRows(normal, _no_tangents(k, q.shape[0], q.dtype), jnp.zeros(k, q.dtype), restitution)
 
 
+def _check_shapes(contacts, k: int, **shapes: tuple[int, ...]):
+    """That each named field of `contacts` has `k` rows of the given shape."""
+    for name, shape in shapes.items():
+        x = getattr(contacts, name)
+        if x.shape != (k, *shape):
+            raise ValueError(
+                f"{type(contacts).__name__} {name} must have shape {(k, *shape)} for {k} contacts, got {x.shape}."
+            )
+
+
 def tangent_basis(normals: Float[Array, "k 3"]) -> Float[Array, "k 2 3"]:
     """Two unit tangents orthogonal to each unit normal (and to each other)."""
     # the world axis least aligned with the normal, made orthogonal to it
@@ -117,14 +127,7 @@ class PlaneContacts(AbstractUnilateral):
         normals = as_inexact(normals)
         self.normals = normals / jnp.linalg.norm(normals, axis=-1, keepdims=True)
         self.offsets = as_inexact(offsets)
-        for name, x, shape in (
-            ("centres", self.centres, (k, 3)),
-            ("radii", self.radii, (k,)),
-            ("normals", self.normals, (k, 3)),
-            ("offsets", self.offsets, (k,)),
-        ):
-            if x.shape != shape:
-                raise ValueError(f"PlaneContacts {name} must have shape {shape} for {k} bodies, got {x.shape}.")
+        _check_shapes(self, k, centres=(3,), radii=(), normals=(3,), offsets=())
         self.friction, self.restitution = as_inexact(friction), as_inexact(restitution)
         self.names = tuple(names) if names is not None else tuple(f"{body}[{i}]" for i, body in enumerate(self.bodies))
 
@@ -208,8 +211,8 @@ class ShapeContacts(AbstractUnilateral):
     to the shape minus the sphere's radius, `g ≥ 0`, with Coulomb friction on the relative
     velocity of the two bodies at the touching point. A box's corners (radius 0) and a
     capsule's end spheres make the contacts of boxes and capsules with each other. The rows
-    come from differentiating the gap and the slip velocity (exact; within a box's face,
-    edge and corner regions alike).
+    are in closed form from the bodies' motion, exact in a box's face, edge and corner regions
+    alike and while the touching point moves over both surfaces (rolling).
 
     **Arguments:**
 
@@ -267,15 +270,7 @@ class ShapeContacts(AbstractUnilateral):
             raise ValueError(f"ShapeContacts kinds must be among {SHAPES}, got {unknown}.")
         self.centres, self.radii = as_inexact(centres), as_inexact(radii)
         self.positions, self.rotations, self.sizes = as_inexact(positions), as_inexact(rotations), as_inexact(sizes)
-        for name, x, shape in (
-            ("centres", self.centres, (k, 3)),
-            ("radii", self.radii, (k,)),
-            ("positions", self.positions, (k, 3)),
-            ("rotations", self.rotations, (k, 3, 3)),
-            ("sizes", self.sizes, (k, 3)),
-        ):
-            if x.shape != shape:
-                raise ValueError(f"ShapeContacts {name} must have shape {shape} for {k} spheres, got {x.shape}.")
+        _check_shapes(self, k, centres=(3,), radii=(), positions=(3,), rotations=(3, 3), sizes=(3,))
         self.friction, self.restitution = as_inexact(friction), as_inexact(restitution)
         self.names = tuple(names) if names is not None else tuple(
             f"{a}–{b}[{i}]" for i, (a, b) in enumerate(zip(self.bodies, self.shape_bodies))
