@@ -81,8 +81,12 @@ def _check_shapes(contacts, k: int, **shapes: tuple[int, ...]):
 
 def tangent_basis(normals: Float[Array, "k 3"]) -> Float[Array, "k 2 3"]:
     """Two unit tangents orthogonal to each unit normal (and to each other)."""
-    # the world axis least aligned with the normal, made orthogonal to it
-    axis = jnp.eye(3, dtype=normals.dtype)[jnp.argmin(jnp.abs(normals), axis=-1)]
+    # The world axis least aligned with the normal, made orthogonal to it. Ties (a normal
+    # along an axis, whose other two components are round-off) go to the first axis: where
+    # round-off chose, the basis flipped between evaluations, and a sliding contact's
+    # direction, kept in its basis, turned by 90° within a stretch (a spurious event).
+    tie_break = jnp.array([0.0, 1e-6, 2e-6], normals.dtype)
+    axis = jnp.eye(3, dtype=normals.dtype)[jnp.argmin(jnp.abs(normals) + tie_break, axis=-1)]
     t1 = axis - jnp.sum(axis * normals, axis=-1, keepdims=True) * normals
     t1 = t1 / jnp.linalg.norm(t1, axis=-1, keepdims=True)
     return jnp.stack([t1, jnp.cross(normals, t1)], axis=1)
