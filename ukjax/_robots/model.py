@@ -27,7 +27,8 @@ class Model(NamedTuple):
     - `actuators`: an imported file's actuators as MuJoCo applies them
       ([`ukjax.models.Actuators`][]), or None; see `controlled`.
     - `unilateral`: an imported file's joint limits and contacts as exact unilateral
-      constraints ([`ukjax.models.JointLimits`][], [`ukjax.models.PlaneContacts`][]); kept
+      constraints ([`ukjax.models.JointLimits`][], [`ukjax.models.PlaneContacts`][],
+      [`ukjax.models.ShapeContacts`][]); kept
       apart from `constraints` because they change how a simulation runs (event by event):
       `ConstrainedSystem(model.system, model.constraints + model.unilateral)` includes them.
     """
