@@ -234,3 +234,15 @@ def test_bad_shape_contacts_are_refused():
     ):
         with pytest.raises((ValueError, KeyError), match=match):
             ShapeContacts(tree, **{**good, **change})
+
+
+def test_condim_as_mujoco_mixes_it():
+    """The larger `condim` of the two geoms is the pair's: 1 on both makes it frictionless; 4
+    and 6 (torsional and rolling friction, not modelled) are named in the warning, the sliding
+    friction kept."""
+    one = SHAPES.replace('<geom name="ball" size="0.05"', '<geom name="ball" size="0.05" condim="1"')
+    (contacts,) = ukjax.models.from_mjcf(one.replace('<geom name="pellet"', '<geom name="pellet" condim="1"')).unilateral
+    friction = dict(zip(contacts.names, np.asarray(contacts.friction)))
+    assert friction["ball–pellet"] == 0 and friction["ball–post"] == friction["pellet–post"] == 1
+    with pytest.warns(UserWarning, match=r"torsional and rolling friction \(condim 4 or 6\) of 5 geom pair"):
+        ukjax.models.from_mjcf(SHAPES.replace('<geom name="ball" size="0.05"', '<geom name="ball" size="0.05" condim="6"'))

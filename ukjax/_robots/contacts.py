@@ -12,8 +12,8 @@ from .._arrays import as_inexact
 from .._constraints import ConstraintRows, holonomic_rows
 from .._unilateral import AbstractUnilateral, ContactRows, _per_contact
 from . import algorithms
-from .spatial import mm, mv, put
 from .equalities import Connect, tree_of
+from .spatial import mm, mv, put
 
 
 def _no_tangents(k: int, n: int, dtype) -> ConstraintRows:

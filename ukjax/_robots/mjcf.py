@@ -149,13 +149,14 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
             g1, g2 = g2, g1
         if kind(g1) is None or kind(g2) in (None, "plane") or (kind(g1) == "plane" and mjm.geom_bodyid[g1] != 0):
             others.append(f"{geom(g1)}–{geom(g2)}")
-        elif kind(g1) == "plane":
+            continue
+        twisting += dim > 3
+        if kind(g1) == "plane":
             normal = _rotation(mjm.geom_quat[g1])[:, 2]
             points = spheres(g2)
             for i, (point, radius) in enumerate(points):
                 label = f"{geom(g2)}–{geom(g1)}" + (f"[{i}]" if len(points) > 1 else "")
                 on_planes.append((body(g2), point, radius, normal, normal @ mjm.geom_pos[g1], mu, label))
-            twisting += dim > 3
         else:
             # a sphere's centre against the other shape; boxes' corners and capsules' end
             # spheres against each other's shape, both ways
@@ -168,7 +169,6 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                     on_shapes.append(
                         (body(a), point, radius, body(b), kind(b), mjm.geom_pos[b], _rotation(mjm.geom_quat[b]), size, mu, label)
                     )
-            twisting += dim > 3
     if on_planes:
         bodies, centres, radii, normals, offsets, friction, labels = zip(*on_planes)
         out.append(PlaneContacts(tree, bodies, np.array(centres), np.array(radii), np.array(normals), np.array(offsets), np.array(friction), names=labels))
