@@ -1,10 +1,14 @@
 import gc
 import os
 
-# The tests' own jitted programs compile as ukjax compiles its (ukjax._jit.COMPILER_OPTIONS);
-# set before the first computation, when XLA reads its flags. Processes the tests start
-# inherit it.
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_use_fusion_emitters=false").strip()
+# The tests' own jitted programs compile as ukjax compiles its (ukjax._jit.COMPILER_OPTIONS),
+# and without LLVM's optimizations: the suite is mostly compile time, and its programs run
+# briefly (the event loops of tests/test_contacts.py and tests/test_grasp.py compile in 30 %
+# less time; tests/test_grasp.py with tests/test_fit.py, alone: 103 → 90 s). Set before the
+# first computation, when XLA reads its flags; processes the tests start inherit them.
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=0"
+).strip()
 
 import jax  # noqa: E402
 
