@@ -226,6 +226,38 @@ def test_mujoco_on_the_same_file_agrees_to_its_softness(scene):
     assert lowest < LIMIT - 0.01 and float(sol.q[:, 0].min()) >= LIMIT - 1e-9
 
 
+def test_a_rocking_block_loses_housners_share_per_impact_and_comes_to_rest():
+    """A box (half-sizes b, h in the plane of rocking) released on one bottom edge, tilted by
+    θ₀, rocks from edge to edge. Each plastic impact keeps r = 1 − 3/2 sin²α of the angular
+    velocity, α = atan(b/h) (Housner 1963), so the impulses m b ω (1 + r) fall by r each time:
+    an infinite series in finite time, which the event loop truncates (contacts an impact
+    would lift off slower than √atol are held) to end at rest, flat."""
+    b, d, h, tilt, mass = 0.1, 0.05, 0.2, 0.05, 2.0
+    xml = f"""<mujoco><worldbody>
+      <geom name="floor" type="plane" size="5 5 0.1" friction="10 0 0"/>
+      <body name="block"><freejoint/><geom type="box" size="{b} {d} {h}" mass="{mass}" friction="10 0 0"/></body>
+    </worldbody><keyframe>
+      <key name="tilted" qpos="0 0 {b * np.sin(tilt) + h * np.cos(tilt)} {np.cos(tilt / 2)} 0 {-np.sin(tilt / 2)} 0"/>
+    </keyframe></mujoco>"""
+    model = ukjax.models.from_mjcf(xml, keyframe="tilted")
+    system = ukjax.ConstrainedSystem(model.system, model.constraints + model.unilateral)
+    sol = ukjax.simulate(system, model.q0, model.qd0, 0.0, 1.0, ts=np.linspace(0, 1, 5), max_events=64)
+    assert int(sol.status) == ukjax.Status.SUCCESS and int(sol.contacts.events) < 32
+    R2 = b**2 + h**2
+    r = 1 - 1.5 * b**2 / R2
+    # the first impact's angular velocity from the energy of the fall about the edge (I = 4/3 m R²)
+    omega = np.sqrt(2 * G * (b * np.sin(tilt) + h * np.cos(tilt) - h) / (4 / 3 * R2))
+    impulses = np.asarray(sol.contacts.impulses).sum(axis=1)[: int(sol.contacts.events)]
+    np.testing.assert_allclose(impulses[0], mass * b * omega * (1 + r), rtol=1e-8)
+    np.testing.assert_allclose(impulses[1:10] / impulses[:9], r, rtol=1e-6)
+    # at rest on its bottom face
+    np.testing.assert_allclose(np.asarray(sol.q[-1, 3:]), [1, 0, 0, 0], atol=1e-9)
+    np.testing.assert_allclose(np.asarray(sol.qd[-1]), 0, atol=1e-9)
+    bottom = np.asarray(sol.contacts.gap[-1]) < h
+    assert bottom.sum() == 4 and np.max(np.abs(np.asarray(sol.contacts.gap[-1])[bottom])) <= 1e-9
+    assert float(sol.contacts.penetration) <= 1e-9
+
+
 def test_derivatives_through_impacts_and_sliding_match_central_differences(closed_forms):
     """The thrown ball at t = 1 s, after two sliding impacts: ∂q/∂(m, μ, e) in forward mode
     through the events against central differences (the batch's last six members)."""

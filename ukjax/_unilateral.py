@@ -274,6 +274,7 @@ def select_modes(
     slipping: Float[Array, "k 2"],
     differentiable: bool = True,
     cone: Bool[ArrayLike, ""] = True,
+    held: Bool[Array, " k"] | None = None,
 ) -> tuple[Modes, ContactSolution, Bool[Array, ""]]:
     """The modes that solve the complementarity problem among `candidates` (the contacts
     touching, and not separating), starting from all of them closed, by changing the
@@ -291,6 +292,8 @@ def select_modes(
       last solve, without derivatives, one solve less in the program).
     - `cone`: whether the friction cone bounds the sticking forces (False for a velocity
       correction that is no physical impulse: every contact not slipping sticks).
+    - `held`: candidates that stay closed whatever the sign of their normal force (default
+      none): at an impact, the contacts that would leave too slowly to matter (`_transition`).
 
     **Returns:**
 
@@ -298,6 +301,7 @@ def select_modes(
     """
     k = contacts.size
     dtype = Q.dtype
+    held = jnp.zeros(k, bool) if held is None else held
     # The search is discrete: derivatives come from the last solve, on the final modes only.
     slipping = jax.lax.stop_gradient(slipping)
     fixed = jax.lax.stop_gradient((M, Q, equalities, contacts))
@@ -312,7 +316,7 @@ def select_modes(
         scale = 1e-9 * (1 + jnp.max(jnp.abs(sol.normal), initial=0))
         rate_scale = 1e-9 * (1 + jnp.max(jnp.abs(sol.rate), initial=0))
         mode = modes.mode
-        pull = jnp.where(mode != OPEN, -sol.normal - scale, -jnp.inf)  # a closed contact pulling
+        pull = jnp.where((mode != OPEN) & ~held, -sol.normal - scale, -jnp.inf)  # a closed contact pulling
         enter = jnp.where((mode == OPEN) & candidates, -sol.rate - rate_scale, -jnp.inf)  # penetrating
         # The cone is met to 1e-6 of the largest normal force: an impact elsewhere in the
         # system must not set sliding a contact whose only impulse is the correction of its
