@@ -226,29 +226,57 @@ def test_mujoco_on_the_same_file_agrees_to_its_softness(scene):
     assert lowest < LIMIT - 0.01 and float(sol.q[:, 0].min()) >= LIMIT - 1e-9
 
 
-def test_a_rocking_block_loses_housners_share_per_impact_and_comes_to_rest():
-    """A box (half-sizes b, h in the plane of rocking) released on one bottom edge, tilted by
+def _box_on_a_plane(half, tilt, mu, lean):
+    """A box of half-sizes `half` (kg: BOX_MASS) on a floor tilted by `tilt` about y, resting on
+    its bottom face, or, leaning by `lean` about y, on its bottom edge at −x."""
+    b, d, h = half
+    normal = np.array([np.sin(tilt), 0.0, np.cos(tilt)])
+    corner = np.array([-b, 0.0, -h])
+    angle = tilt - lean
+    rotation = np.array([[np.cos(angle), 0, np.sin(angle)], [0, 1, 0], [-np.sin(angle), 0, np.cos(angle)]])
+    centre = -rotation @ corner if lean else h * normal
+    xml = f"""<mujoco><worldbody>
+      <geom name="floor" type="plane" size="5 5 0.1" euler="0 {np.degrees(tilt)} 0" friction="{mu} 0 0"/>
+      <body name="box"><freejoint/><geom name="box" type="box" size="{b} {d} {h}" mass="{BOX_MASS}" friction="{mu} 0 0"/></body>
+    </worldbody><keyframe>
+      <key name="start" qpos="{centre[0]} 0 {centre[2]} {np.cos(angle / 2)} 0 {np.sin(angle / 2)} 0"/>
+    </keyframe></mujoco>"""
+    model = ukjax.models.from_mjcf(xml, keyframe="start")
+    return ukjax.ConstrainedSystem(model.system, model.constraints + model.unilateral), model.q0
+
+
+BOX_MASS = 2.0
+ROCKING = dict(half=(0.1, 0.05, 0.2), tilt=0.0, mu=10.0, lean=0.05)
+INCLINE = dict(half=(0.05, 0.05, 0.15), tilt=0.2, mu=0.21, lean=0.0)
+
+
+@pytest.fixture(scope="module")
+def boxes():
+    """Two boxes in one batch, 1 s: one released leaning on an edge (it rocks), one at rest on
+    an incline with μ a little above tan θ."""
+    (rocking, q_rocking), (incline, q_incline) = (_box_on_a_plane(**case) for case in (ROCKING, INCLINE))
+    system = jax.tree.map(lambda *x: jnp.stack(x), rocking, incline)
+    q0 = jnp.stack([q_rocking, q_incline])
+    return ukjax.simulate_batch(
+        system, q0, jnp.zeros_like(q0), 0.0, 1.0, ts=np.linspace(0, 1, 5), system_axes=0, max_events=64
+    )
+
+
+def test_a_rocking_block_loses_housners_share_per_impact_and_comes_to_rest(boxes):
+    """A box (half-sizes b, h in the plane of rocking) released on one bottom edge, leaning by
     θ₀, rocks from edge to edge. Each plastic impact keeps r = 1 − 3/2 sin²α of the angular
     velocity, α = atan(b/h) (Housner 1963), so the impulses m b ω (1 + r) fall by r each time:
     an infinite series in finite time, which the event loop truncates (contacts an impact
     would lift off slower than √atol are held) to end at rest, flat."""
-    b, d, h, tilt, mass = 0.1, 0.05, 0.2, 0.05, 2.0
-    xml = f"""<mujoco><worldbody>
-      <geom name="floor" type="plane" size="5 5 0.1" friction="10 0 0"/>
-      <body name="block"><freejoint/><geom type="box" size="{b} {d} {h}" mass="{mass}" friction="10 0 0"/></body>
-    </worldbody><keyframe>
-      <key name="tilted" qpos="0 0 {b * np.sin(tilt) + h * np.cos(tilt)} {np.cos(tilt / 2)} 0 {-np.sin(tilt / 2)} 0"/>
-    </keyframe></mujoco>"""
-    model = ukjax.models.from_mjcf(xml, keyframe="tilted")
-    system = ukjax.ConstrainedSystem(model.system, model.constraints + model.unilateral)
-    sol = ukjax.simulate(system, model.q0, model.qd0, 0.0, 1.0, ts=np.linspace(0, 1, 5), max_events=64)
+    sol = jax.tree.map(lambda x: x[0], boxes)
+    (b, _, h), lean = ROCKING["half"], ROCKING["lean"]
     assert int(sol.status) == ukjax.Status.SUCCESS and int(sol.contacts.events) < 32
     R2 = b**2 + h**2
     r = 1 - 1.5 * b**2 / R2
     # the first impact's angular velocity from the energy of the fall about the edge (I = 4/3 m R²)
-    omega = np.sqrt(2 * G * (b * np.sin(tilt) + h * np.cos(tilt) - h) / (4 / 3 * R2))
+    omega = np.sqrt(2 * G * (b * np.sin(lean) + h * np.cos(lean) - h) / (4 / 3 * R2))
     impulses = np.asarray(sol.contacts.impulses).sum(axis=1)[: int(sol.contacts.events)]
-    np.testing.assert_allclose(impulses[0], mass * b * omega * (1 + r), rtol=1e-8)
+    np.testing.assert_allclose(impulses[0], BOX_MASS * b * omega * (1 + r), rtol=1e-8)
     np.testing.assert_allclose(impulses[1:10] / impulses[:9], r, rtol=1e-6)
     # at rest on its bottom face
     np.testing.assert_allclose(np.asarray(sol.q[-1, 3:]), [1, 0, 0, 0], atol=1e-9)
@@ -256,6 +284,27 @@ def test_a_rocking_block_loses_housners_share_per_impact_and_comes_to_rest():
     bottom = np.asarray(sol.contacts.gap[-1]) < h
     assert bottom.sum() == 4 and np.max(np.abs(np.asarray(sol.contacts.gap[-1])[bottom])) <= 1e-9
     assert float(sol.contacts.penetration) <= 1e-9
+
+
+def test_a_box_sticks_on_an_incline_wherever_coulomb_allows_it(boxes):
+    """A tall box on an incline with tan θ < μ sticks: its four bottom corners stick, with the
+    normal forces of statics (the downhill pair pressing harder by H m g sin θ / 2b) and each
+    corner's friction in proportion to its normal force (the sticking forces are
+    indeterminate; shared uniformly, the light uphill corners' would leave their cones)."""
+    sol = jax.tree.map(lambda x: x[1], boxes)
+    (b, _, h), tilt, mu = INCLINE["half"], INCLINE["tilt"], INCLINE["mu"]
+    assert int(sol.status) == ukjax.Status.SUCCESS and int(sol.contacts.events) == 0
+    assert np.max(np.abs(np.asarray(sol.q - sol.q[0]))) < 1e-12
+    bottom = np.asarray(sol.contacts.gap[0]) < h
+    assert np.all(np.asarray(sol.contacts.mode)[:, bottom] == 2)
+    normal, tangent = np.asarray(sol.contacts.normal)[:, bottom], np.asarray(sol.contacts.tangent)[:, bottom]
+    weight = BOX_MASS * G
+    pairs = np.sort(normal, axis=1)  # uphill, uphill, downhill, downhill
+    np.testing.assert_allclose(pairs[:, :2].sum(axis=1) + pairs[:, 2:].sum(axis=1), weight * np.cos(tilt), rtol=1e-12)
+    np.testing.assert_allclose(pairs[:, 2] - pairs[:, 1], h * weight * np.sin(tilt) / (2 * b), rtol=1e-9)
+    np.testing.assert_allclose(np.linalg.norm(tangent, axis=-1) / normal, np.tan(tilt), rtol=1e-7)
+    # uniformly shared, each would carry m g sin θ / 4, past μ times the light corners' force
+    assert weight * np.sin(tilt) / 4 > mu * pairs[0, 0]
 
 
 def test_derivatives_through_impacts_and_sliding_match_central_differences(closed_forms):

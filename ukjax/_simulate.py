@@ -581,6 +581,7 @@ def _simulate_events(
         jnp.full((k,) + q0.shape, jnp.inf, dtype),
         jnp.zeros((k, c), jnp.int32),
         jnp.zeros((k, c, 2), dtype),
+        jnp.ones((k, c), dtype),
     )
     # The start is resolved as an event is (a ball dropped resting, a start inside a limit),
     # by the loop's first pass: one copy of the transition in the program.
@@ -588,7 +589,7 @@ def _simulate_events(
         s=jnp.zeros((), dtype),
         q=q0,
         qd=qd0,
-        modes=Modes(jnp.zeros(c, jnp.int32), jnp.zeros((c, 2), dtype)),
+        modes=Modes(jnp.zeros(c, jnp.int32), jnp.zeros((c, 2), dtype), jnp.ones(c, dtype)),
         start=jnp.array(True),
         health=jnp.zeros(4, dtype),
         records=records,
@@ -644,7 +645,7 @@ def _simulate_events(
             jnp.where(new.reshape((k,) + (1,) * (old.ndim - 1)), value, old)
             for old, value in zip(
                 state["records"],
-                (qs, qds, jnp.broadcast_to(modes.mode, (k, c)), jnp.broadcast_to(modes.direction, (k, c, 2))),
+                (qs, qds, *(jnp.broadcast_to(x, (k,) + x.shape) for x in modes)),
             )
         )
         return dict(
@@ -671,7 +672,7 @@ def _simulate_events(
     # reverse mode through the events needs the checkpointed loop, forward mode the plain one
     kind = "lax" if isinstance(adjoint, diffrax.ForwardMode) else "checkpointed"
     final = eqxi.while_loop(cond, body, init, max_steps=max_events + 1, kind=kind)
-    q, qd, mode, direction = final["records"]
+    q, qd, mode, direction, weight = final["records"]
     start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
     status = _status(final["result"], start_finite, final["health"], q, qd)
     # A loop that ended before t1 with its last solve successful and no fault met stopped for
@@ -686,12 +687,12 @@ def _simulate_events(
     contacts_status = jnp.where(final["converged"], Status.MAX_EVENTS_REACHED, Status.CONTACT_UNRESOLVED)
     status = jnp.where(stopped, contacts_status, status).astype(jnp.int32)
 
-    def saved(t, q, qd, mode, direction):
-        d, level, (_, sol, _) = _contact_state(system, t, q, qd, Modes(mode, direction))
+    def saved(t, q, qd, mode, direction, weight):
+        d, level, (_, sol, _) = _contact_state(system, t, q, qd, Modes(mode, direction, weight))
         # `violation` from the same levels
         return level.contacts.normal.phi, sol.normal, sol.tangent, levels_violation(d.levels)
 
-    gap, normal, tangent, violation = jax.vmap(saved)(ts, q, qd, mode, direction)
+    gap, normal, tangent, violation = jax.vmap(saved)(ts, q, qd, mode, direction, weight)
     penetration = jnp.maximum(final["penetration"], jnp.max(jnp.where(jnp.isfinite(gap), -gap, 0), initial=0))
     record = ContactRecord(gap, mode, normal, tangent, final["event_times"], final["impulses"], penetration)
     return Solution(ts, q, qd, *violation, status, {"num_steps": final["steps"]}, record)

@@ -152,10 +152,16 @@ class Modes(NamedTuple):
     - `mode`: `OPEN`, `SLIDING` or `STICKING` per contact, shape (k,).
     - `direction`: the unit slip direction of each sliding contact in its tangent basis,
       shape (k, 2) (zero where it does not slide).
+    - `weight`: each contact's share of the sticking friction, shape (k,). Where sticking
+      contacts hold a body statically indeterminately, the friction forces are the ones of
+      least `Σ |fₜ|² / weight` (`μ λₙ` from the search's solves: each contact's friction in
+      proportion to the most its cone allows); elsewhere the forces are unique and it
+      changes nothing.
     """
 
     mode: Int[Array, " k"]
     direction: Float[Array, "k 2"]
+    weight: Float[Array, " k"]
 
 
 class ContactSolution(NamedTuple):
@@ -209,15 +215,17 @@ def solve_modes(
     closed, stick = modes.mode != OPEN, modes.mode == STICKING
     slide = (modes.mode == SLIDING) & (contacts.friction > 0)
     stick2 = jnp.repeat(stick, 2)
+    # a row scaled by s has its multiplier divided by s in the minimum-norm solution
+    root = jnp.sqrt(jnp.repeat(modes.weight, 2))
     A = jnp.concatenate(
         [
             equalities.A,
             jnp.where(closed[:, None], contacts.normal.A, 0),
-            jnp.where(stick2[:, None], contacts.tangent.A, 0),
+            jnp.where(stick2[:, None], root[:, None] * contacts.tangent.A, 0),
         ]
     )
     b = jnp.concatenate(
-        [equalities.b, jnp.where(closed, contacts.normal.b, 0), jnp.where(stick2, contacts.tangent.b, 0)]
+        [equalities.b, jnp.where(closed, contacts.normal.b, 0), jnp.where(stick2, root * contacts.tangent.b, 0)]
     )
     # Loops, not the unrolled kernels: a simulation with contacts holds this solve in seven
     # places (the rates, the event values, the impacts and the modes' search at each level),
@@ -242,7 +250,7 @@ def solve_modes(
     force = L @ (z - Y @ lam_slide)
     x = a + la.solve_lower(L, z - Y @ lam_slide, transpose=True, unroll=unroll)
     normal = jnp.where(closed, lam[p : p + k], 0)
-    sticking = jnp.where(stick[:, None], lam[p + k :].reshape(k, 2), 0)
+    sticking = jnp.where(stick[:, None], (root * lam[p + k :]).reshape(k, 2), 0)
     sliding = -(jnp.where(slide, contacts.friction * normal, 0))[:, None] * modes.direction
     # as `uk_solve` measures it: B z = e with the sliding friction's share in e
     target = e + B @ Y @ lam_slide
@@ -279,7 +287,7 @@ def select_modes(
     """The modes that solve the complementarity problem among `candidates` (the contacts
     touching, and not separating), starting from all of them closed, by changing the
     worst-violated mode one at a time, or every contact outside its cone at once (at most
-    `3k + 1` solves).
+    `4k + 2` solves).
 
     **Arguments:**
 
@@ -310,6 +318,7 @@ def select_modes(
     start = Modes(
         jnp.where(candidates, jnp.where(can_stick, STICKING, SLIDING), OPEN).astype(jnp.int32),
         jnp.where(moving[:, None], _unit(slipping), 0).astype(dtype),
+        jnp.ones(k, dtype),
     )
 
     def violations(sol: ContactSolution, modes: Modes):
@@ -328,9 +337,17 @@ def select_modes(
         )
         return jnp.stack([pull / (1 + jnp.abs(sol.normal)), enter, outside / (1 + jnp.abs(sol.normal))])
 
-    def step(modes: Modes, sol: ContactSolution) -> Modes:
+    def step(modes: Modes, sol: ContactSolution, shared: Bool[Array, ""]) -> tuple[Modes, Bool[Array, ""]]:
+        # `shared`: whether `sol` shares the friction by the weights from these modes' solve
         v = violations(sol, modes)
         kind, i = jnp.unravel_index(jnp.argmax(v), v.shape)
+        limit = contacts.friction * jnp.maximum(sol.normal, 0)
+        # the floor keeps an unloaded contact's rows in the solve (scaled to zero, its slip
+        # would no longer be held)
+        weight = limit + 1e-9 * (1 + jnp.max(limit, initial=0))
+        # a cone violated by the forces shared uniformly is first checked with the friction
+        # shared in proportion to what each cone allows; only then does a contact slide
+        reshare = (kind == 2) & ~shared
         mode = modes.mode
         new = jnp.select(
             [kind == 0, kind == 1],
@@ -346,20 +363,23 @@ def select_modes(
         outside = (kind == 2) & (v[2] > 0)
         mode = jnp.where(outside, SLIDING, mode)
         direction = jnp.where(outside[:, None], -_unit(sol.tangent), direction)
-        return Modes(mode, direction)
+        changed = Modes(mode, direction, weight)
+        kept = Modes(modes.mode, modes.direction, weight)
+        return jax.tree.map(lambda a, b: jnp.where(reshare, a, b), kept, changed), reshare
 
     def cond(state):
-        modes, sol, count = state
-        return (count == 0) | ((count <= 3 * k + 1) & jnp.any(violations(sol, modes) > 0))
+        modes, sol, _, count = state
+        return (count == 0) | ((count <= 4 * k + 1) & jnp.any(violations(sol, modes) > 0))
 
     def body(state):
         # the first pass solves the starting modes: one copy of the solve in the program
-        modes, sol, count = state
-        modes = jax.tree.map(lambda new, old: jnp.where(count == 0, old, new), step(modes, sol), modes)
-        return modes, solve_modes(*fixed, modes), count + 1
+        modes, sol, shared, count = state
+        new, shared = step(modes, sol, shared)
+        modes = jax.tree.map(lambda new, old: jnp.where(count == 0, old, new), new, modes)
+        return modes, solve_modes(*fixed, modes), shared & (count > 0), count + 1
 
     placeholder = jax.tree.map(jnp.zeros_like, jax.eval_shape(solve_modes, *fixed, start))
-    modes, sol, _ = jax.lax.while_loop(cond, body, (start, placeholder, 0))
+    modes, sol, _, _ = jax.lax.while_loop(cond, body, (start, placeholder, jnp.array(False), 0))
     if differentiable:
         sol = solve_modes(M, Q, equalities, contacts, modes)
     converged = ~jnp.any(violations(sol, modes) > 0) & sol.solvable
