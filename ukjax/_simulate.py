@@ -19,7 +19,7 @@ from ._arrays import as_inexact
 from ._core import sqrt_eps
 from ._jit import jit
 from ._systems import AbstractSystem, check_state, levels_violation, solve_dynamics, solve_levels
-from ._unilateral import OPEN, SLIDING, STICKING, TOUCH, AbstractUnilateral, ContactRecord, Modes, select_modes
+from ._unilateral import CONE, OPEN, PULL, SLIDING, STICKING, TOUCH, AbstractUnilateral, ContactRecord, Modes, select_modes
 
 
 class Status(enum.IntEnum):
@@ -447,9 +447,10 @@ def _simulate(
 # Event values are kept this far above zero where a mode begins: diffrax's events fire when a
 # value goes from positive to non-positive, and a mode begins where its own condition is zero
 # (a contact released at λₙ = 0, a slide started at zero slip). Gaps and slip speeds in the
-# model's units; forces relative to the largest at the segment's start.
+# model's units. Forces relative to the largest at the segment's start, past what the modes'
+# search accepts: a value that starts a segment below zero hides every event of it.
 _GAP_OFFSET = 1e-12
-_FORCE_OFFSET = 1e-10
+_FORCE_OFFSET = 2.0
 
 
 def _contact_state(system, t, q, qd, modes=None):
@@ -471,10 +472,10 @@ def _event_value(s, y, args, **kwargs):
     friction = c.friction > 0
     values = [
         jnp.where(modes.mode == OPEN, c.normal.phi + _GAP_OFFSET, jnp.inf),
-        jnp.where(modes.mode != OPEN, sol.normal + force_offset, jnp.inf),
+        jnp.where(modes.mode != OPEN, sol.normal + PULL * force_offset, jnp.inf),
         jnp.where(
             (modes.mode == STICKING) & friction,
-            c.friction * sol.normal - jnp.linalg.norm(sol.tangent, axis=-1) + force_offset,
+            c.friction * sol.normal - jnp.linalg.norm(sol.tangent, axis=-1) + CONE * force_offset,
             jnp.inf,
         ),
         jnp.where((modes.mode == SLIDING) & friction, slip + _GAP_OFFSET, jnp.inf),

@@ -36,6 +36,12 @@ from ._constraints import AbstractConstraint, ConstraintRows, _as_rows, _jacobia
 OPEN, SLIDING, STICKING = 0, 1, 2
 # Gaps and speeds (in the model's units) below which a contact counts as touching and resting.
 TOUCH = 1e-9
+# What the modes' search accepts, relative to the largest normal force: a closed contact
+# pulling by PULL, a sticking one outside its cone by CONE. The cone's is the larger: an
+# impact elsewhere in the system must not set sliding a contact whose only impulse is the
+# correction of its integration drift (a rolling sphere's 1e-9 m/s of slip when a pendulum
+# hits its limit).
+PULL, CONE = 1e-9, 1e-6
 
 
 class ContactRows(eqx.Module):
@@ -322,17 +328,14 @@ def select_modes(
     )
 
     def violations(sol: ContactSolution, modes: Modes):
-        scale = 1e-9 * (1 + jnp.max(jnp.abs(sol.normal), initial=0))
+        scale = 1 + jnp.max(jnp.abs(sol.normal), initial=0)
         rate_scale = 1e-9 * (1 + jnp.max(jnp.abs(sol.rate), initial=0))
         mode = modes.mode
-        pull = jnp.where((mode != OPEN) & ~held, -sol.normal - scale, -jnp.inf)  # a closed contact pulling
+        pull = jnp.where((mode != OPEN) & ~held, -sol.normal - PULL * scale, -jnp.inf)  # a closed contact pulling
         enter = jnp.where((mode == OPEN) & candidates, -sol.rate - rate_scale, -jnp.inf)  # penetrating
-        # The cone is met to 1e-6 of the largest normal force: an impact elsewhere in the
-        # system must not set sliding a contact whose only impulse is the correction of its
-        # integration drift (a rolling sphere's 1e-9 m/s of slip when a pendulum hits its limit).
         outside = jnp.where(
             (mode == STICKING) & cone,
-            jnp.linalg.norm(sol.tangent, axis=-1) - contacts.friction * sol.normal - 1e3 * scale,
+            jnp.linalg.norm(sol.tangent, axis=-1) - contacts.friction * sol.normal - CONE * scale,
             -jnp.inf,
         )
         return jnp.stack([pull / (1 + jnp.abs(sol.normal)), enter, outside / (1 + jnp.abs(sol.normal))])
