@@ -447,8 +447,9 @@ def _simulate(
 # Event values are kept this far above zero where a mode begins: diffrax's events fire when a
 # value goes from positive to non-positive, and a mode begins where its own condition is zero
 # (a contact released at λₙ = 0, a slide started at zero slip). Gaps and slip speeds in the
-# model's units. Forces relative to the largest at the segment's start, past what the modes'
-# search accepts: a value that starts a segment below zero hides every event of it.
+# model's units. Forces: twice what the modes' search accepts (`PULL`, `CONE`, relative to the
+# largest normal force at the segment's start), as a value that started a segment below zero
+# would hide every event of that segment.
 _GAP_OFFSET = 1e-12
 _FORCE_OFFSET = 2.0
 
