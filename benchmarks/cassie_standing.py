@@ -14,8 +14,9 @@ loop-closure error, how far any joint passes its range, and the wall time.
 Measured 2026-11-25 (2 cores), `--t1 2`: MuJoCo's Cassie stands (its pelvis settles 4 cm
 lower, on the leg springs, 7 cm from where it started at most), its feet 5.2 mm into the floor,
 its loops open by 3.3 mm, its feet creeping 2.4 mm. ukjax's run stops at 0.164 s,
-SOLVER_FAILED after 67 events, with its loops closed to 6e-14, no joint past its range and
-no penetration (1e-12 m), in 54 s: its rigid feet rock from heels to toes ever faster (the
+CONTACT_UNRESOLVED after 67 events (an event the root finder could not locate), with its
+loops closed to 6e-14, no joint past its range and
+no penetration (1e-12 m), in 57 s: its rigid feet rock from heels to toes ever faster (the
 ankle torque asks for a centre of pressure outside the foot; MuJoCo's soft floor absorbs the
 same rocking), an accumulation of lift-offs and landings that the impacts' Zeno truncation
 does not end, because the lift-offs are smooth ones at the acceleration level. Without the

@@ -113,6 +113,20 @@ def test_a_run_out_of_events_says_so():
         ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, 1.5, ts=TS, max_events=2)
 
 
+def test_an_event_that_cannot_be_located_says_so():
+    """A gap that jumps from +0.5 to −0.5 (here, 0.5 above the floor) changes sign without
+    crossing zero: the event's root finder cannot meet its tolerance on the value, and the
+    run stops there with CONTACT_UNRESOLVED, not a solver failure."""
+    jump = ukjax.Unilateral(lambda t, q: jnp.where(q[1] > 0.5, q[1], q[1] - 1.0))
+    ball = ukjax.ConstrainedSystem(PointMass(jnp.asarray(2.0), jnp.asarray(DOWN)), jump)
+    sol = ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, 1.0, ts=np.linspace(0, 1, 11), throw=False)
+    assert int(sol.status) == ukjax.Status.CONTACT_UNRESOLVED
+    reached = np.isfinite(np.asarray(sol.q[:, 1]))
+    assert reached[0] and not reached[-1] and np.all(np.asarray(sol.q[reached, 1]) > 0.5)
+    with pytest.raises(RuntimeError, match="could not be located"):
+        ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, 1.0, ts=np.linspace(0, 1, 11))
+
+
 def test_a_block_on_an_incline_sticks_or_slides_as_coulomb_says(closed_forms):
     sol = closed_forms
     t = np.asarray(sol.ts[2])

@@ -55,8 +55,9 @@ _MESSAGES = {
     "any rank.",
     Status.CONTACT_UNRESOLVED: "At an event no choice of open, sliding and sticking contacts solved "
     "the contact problem (Painlevé's paradox: sliding friction that no normal force balances, or "
-    "a search that did not settle); the run stopped there. Check the friction coefficients and "
-    "the contact geometry.",
+    "a search that did not settle), or an event could not be located (a gap, contact force or "
+    "slip that jumps across zero instead of crossing it); the run stopped there. Check the "
+    "friction coefficients and the contact geometry.",
     Status.MAX_EVENTS_REACHED: "The run met max_events contact events (impacts, releases, "
     "stick–slip changes) before t1: raise max_events.",
 }
@@ -687,7 +688,11 @@ def _simulate_events(
         & start_finite
     )
     contacts_status = jnp.where(final["converged"], Status.MAX_EVENTS_REACHED, Status.CONTACT_UNRESOLVED)
-    status = jnp.where(stopped, contacts_status, status).astype(jnp.int32)
+    status = jnp.where(stopped, contacts_status, status)
+    # The event's root finder stops only where the event value is within 1e-14 of zero: it
+    # runs out of steps where a value jumps across zero instead of crossing it.
+    unlocated = final["result"] == diffrax.RESULTS.nonlinear_max_steps_reached
+    status = jnp.where(unlocated & start_finite, Status.CONTACT_UNRESOLVED, status).astype(jnp.int32)
 
     def saved(t, q, qd, mode, direction, weight):
         d, level, (_, sol, _) = _contact_state(system, t, q, qd, Modes(mode, direction, weight))
