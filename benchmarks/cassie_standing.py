@@ -11,18 +11,17 @@ loop-closure error, how far any joint passes its range, and the wall time.
 
     python benchmarks/cassie_standing.py [--t1 2] [--gif cassie_standing.gif]
 
-Measured 2026-11-25 (2 cores), `--t1 2`: MuJoCo's Cassie stands (its pelvis settles 4 cm
-lower, on the leg springs, 7 cm from where it started at most), its feet 5.2 mm into the floor,
-its loops open by 3.3 mm, its feet creeping 2.4 mm. ukjax's run stops at 0.164 s,
-CONTACT_UNRESOLVED after 67 events (an event the root finder could not locate), with its
-loops closed to 6e-14, no joint past its range and
-no penetration (1e-12 m), in 57 s: its rigid feet rock from heels to toes ever faster (the
-ankle torque asks for a centre of pressure outside the foot; MuJoCo's soft floor absorbs the
-same rocking), an accumulation of lift-offs and landings that the impacts' Zeno truncation
-does not end, because the lift-offs are smooth ones at the acceleration level. Without the
-ankle strategy (joint PD only), both fall forward within 1.5 s. Standing in ukjax needs a
-controller that keeps each foot's centre of pressure inside it, or an accumulation rule for
-lift-offs as well as for impacts.
+Measured 2026-11-25 (2 cores), `--t1 2`: MuJoCo's Cassie stands (its pelvis settles 4 cm lower,
+on the leg springs, 7 cm from where it started at most), its feet 5.2 mm into the floor, its
+loops open by 3.3 mm, its feet creeping 2.4 mm. ukjax's run stops at 0.164 s,
+CONTACT_UNRESOLVED after 67 events (an event the root finder could not locate), with its loops
+closed to 6e-14, no joint past its range and no penetration (1e-12 m), in 57 s: its rigid feet
+rock from heels to toes ever faster (the ankle torque asks for a centre of pressure outside the
+foot; MuJoCo's soft floor absorbs the same rocking), an accumulation of lift-offs and landings
+that the impacts' Zeno truncation does not end, because the lift-offs are smooth ones at the
+acceleration level. Without the ankle strategy (joint PD only), MuJoCo's Cassie falls forward
+within 2 s. Standing in ukjax needs a controller that keeps each foot's centre of pressure
+inside it, or an accumulation rule for lift-offs as well as for impacts.
 """
 
 import argparse
@@ -42,10 +41,9 @@ import ukjax  # noqa: E402
 
 CASSIE = Path(__file__).resolve().parent.parent.parent / "shared" / "robots" / "cassie.xml"
 RADIUS, TOE, HEEL, MU = 0.01, 0.09, -0.05, 1.0
-KP, KD = 1000.0, 30.0  # N m/rad and N m s/rad at the legs' joints
-KP_FOOT, KD_FOOT = 1000.0, 30.0  # and at the feet's
+KP, KD = 1000.0, 30.0  # N m/rad and N m s/rad at the joints
 # The ankle strategy: the feet's targets lean against the pelvis's forward drift (rad/m and
-# rad s/m). Without it Cassie stands for half a second, then falls forward in both simulators.
+# rad s/m). Without it MuJoCo's Cassie stands for half a second, then falls forward.
 KX, KV = -10.0, -2.0
 
 
@@ -101,8 +99,7 @@ def pd(model_mj, home):
 def law(target, feet, gear, q, qd, x, xd):
     """`ctrl` from the motors' joint positions and rates `q`, `qd` and the pelvis's forward
     displacement `x` and speed `xd` (numpy or jax arrays alike)."""
-    kp, kd = KP + feet * (KP_FOOT - KP), KD + feet * (KD_FOOT - KD)
-    return (kp * (target + feet * (KX * x + KV * xd) - q) - kd * qd) / gear
+    return (KP * (target + feet * (KX * x + KV * xd) - q) - KD * qd) / gear
 
 
 def run_ukjax(xml, t1, gif):
