@@ -448,11 +448,17 @@ def _simulate(
 # Event values are kept this far above zero where a mode begins: diffrax's events fire when a
 # value goes from positive to non-positive, and a mode begins where its own condition is zero
 # (a contact released at λₙ = 0, a slide started at zero slip). Gaps and slip speeds in the
-# model's units. Forces: twice what the modes' search accepts (`PULL`, `CONE`, relative to the
-# largest normal force at the segment's start), as a value that started a segment below zero
+# model's units. Forces, relative to the largest normal force at the segment's start: twice
+# what the modes' search accepts (`PULL`, `CONE`), as a value that started a segment below zero
 # would hide every event of that segment.
 _GAP_OFFSET = 1e-12
 _FORCE_OFFSET = 2.0
+# The root finder stops where the bracket is 1e-14 wide and the value below 1e-14. Forces
+# solved through an ill-conditioned Delassus matrix (Cassie's feet and loops) carry more
+# round-off than that, and their events were never located: values are scaled so that 1e-8
+# (m, m/s, or relative to the largest normal force) counts as zero. A value that jumps across
+# zero still never gets there (`Status.CONTACT_UNRESOLVED`).
+_EVENT_SCALE = 1e-6
 
 
 def _contact_state(system, t, q, qd, modes=None):
@@ -466,7 +472,7 @@ def _event_value(s, y, args, **kwargs):
     """Positive while every contact's mode holds: an open contact's gap, a closed one's
     normal force, a sticking one's margin inside the friction cone, a sliding one's slip
     along the direction it started in."""
-    system, t0, span, modes, force_offset = args
+    system, t0, span, modes, force_scale = args
     q, qd, _ = y
     _, level, (_, sol, _) = _contact_state(system, t0 + s * span, q, qd, modes)
     c = level.contacts
@@ -474,15 +480,15 @@ def _event_value(s, y, args, **kwargs):
     friction = c.friction > 0
     values = [
         jnp.where(modes.mode == OPEN, c.normal.phi + _GAP_OFFSET, jnp.inf),
-        jnp.where(modes.mode != OPEN, sol.normal + PULL * force_offset, jnp.inf),
+        jnp.where(modes.mode != OPEN, sol.normal / force_scale + PULL * _FORCE_OFFSET, jnp.inf),
         jnp.where(
             (modes.mode == STICKING) & friction,
-            c.friction * sol.normal - jnp.linalg.norm(sol.tangent, axis=-1) + CONE * force_offset,
+            (c.friction * sol.normal - jnp.linalg.norm(sol.tangent, axis=-1)) / force_scale + CONE * _FORCE_OFFSET,
             jnp.inf,
         ),
         jnp.where((modes.mode == SLIDING) & friction, slip + _GAP_OFFSET, jnp.inf),
     ]
-    return jnp.min(jnp.stack(values))
+    return _EVENT_SCALE * jnp.min(jnp.stack(values))
 
 
 def _transition(system, t, q, qd, rest_speed):
@@ -620,7 +626,7 @@ def _simulate_events(
         event_times = state["event_times"].at[count].set(jnp.where(start, jnp.inf, time(s0)))
         impulses = state["impulses"].at[count].set(jnp.where(start, 0, jump))
         count = count + ~start
-        force_offset = _FORCE_OFFSET * (1 + jnp.max(jnp.abs(normal), initial=0))
+        force_scale = 1 + jnp.max(jnp.abs(normal), initial=0)
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(_vector_field),
             solver,
@@ -632,7 +638,7 @@ def _simulate_events(
             saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=jnp.clip(saves, s0, 1)), diffrax.SubSaveAt(t1=True)]),
             stepsize_controller=_StopAtFault(controller),
             event=diffrax.Event(
-                lambda t, y, args, **kwargs: _event_value(t, y, args + (force_offset,)),
+                lambda t, y, args, **kwargs: _event_value(t, y, args + (force_scale,)),
                 optx.Bisection(rtol=1e-14, atol=1e-14, flip=True),  # values fall through zero
                 direction=False,
             ),
