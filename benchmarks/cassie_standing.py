@@ -3,25 +3,20 @@
 `../shared/robots/cassie.xml` (MuJoCo Menagerie, meshes and geoms stripped) with a floor and
 two spheres per foot (toe and heel, 1 cm radius) placed so that all four touch the floor at
 `home` (the file's `home` with its leg loops closed: `scene`); its joint ranges as limits; a
-PD law on its ten motors holding `home`, the feet's targets leaning against the pelvis's
-forward drift (the ankle strategy: `law`), clamped to `ctrlrange` as MuJoCo clamps it. Both
+PD law on its ten motors holding `home`, the ankles on torque against the pelvis's forward
+drift within what a foot bears, the hips' roll against its sideways drift (`law`). Both
 simulators run from `home` at rest. Columns: how far the run got, the pelvis's height at the
 end and its largest displacement, the largest penetration of the floor, the largest
-loop-closure error, how far any joint passes its range, and the wall time.
+loop-closure error, how far any joint passes its range, the compile time, the run's wall time
+and the simulated seconds per second.
 
     python benchmarks/cassie_standing.py [--t1 2] [--gif cassie_standing.gif]
 
-Measured 2026-11-25 (2 cores), `--t1 2`: MuJoCo's Cassie stands (its pelvis settles 4 cm lower,
-on the leg springs, 7 cm from where it started at most), its feet 5.2 mm into the floor, its
-loops open by 3.3 mm, its feet creeping 2.4 mm. ukjax's run stops at 0.164 s,
-CONTACT_UNRESOLVED after 67 events (an event the root finder could not locate), with its loops
-closed to 6e-14, no joint past its range and no penetration (1e-12 m), in 57 s: its rigid feet
-rock from heels to toes ever faster (the ankle torque asks for a centre of pressure outside the
-foot; MuJoCo's soft floor absorbs the same rocking), an accumulation of lift-offs and landings
-that the impacts' Zeno truncation does not end, because the lift-offs are smooth ones at the
-acceleration level. Without the ankle strategy (joint PD only), MuJoCo's Cassie falls forward
-within 2 s. Standing in ukjax needs a controller that keeps each foot's centre of pressure
-inside it, or an accumulation rule for lift-offs as well as for impacts.
+Measured 2026-11-25 (2 cores), `--t1 2`: both stand. ukjax: SUCCESS with one event, all four
+spheres on the floor, penetration 7.3e-13 m, loops closed to 1.1e-12 m, no joint past its
+range, the contact points slipping at 4.9e-13 m/s at most; 78.8 s for the run and 38.8 s to
+compile, 0.009x MuJoCo's throughput. MuJoCo: 5.1 mm into the floor, loops open by 3.4 mm,
+the spheres creeping 1.8 mm.
 """
 
 import argparse
@@ -42,6 +37,7 @@ import ukjax  # noqa: E402
 
 CASSIE = Path(__file__).resolve().parent.parent.parent / "shared" / "robots" / "cassie.xml"
 RADIUS, TOE, HEEL, MU = 0.01, 0.09, -0.05, 1.0
+SPHERES = [f"{side}-{end}" for side in ("left", "right") for end in ("toe", "heel")]
 KP, KD = 1000.0, 30.0  # N m/rad and N m s/rad at the joints
 # The ankles hold no position: a torque against the pelvis's forward drift (N m/m and N m s/m),
 # bounded by what a foot loaded by half the robot's weight bears with its centre of pressure
@@ -148,7 +144,21 @@ def run_ukjax(xml, t1, gif):
     loops = len(model.constraints) * 3
     spheres = np.asarray(sol.contacts.gap)[reached, len(limits.joints) * 2 :]
     if gif:
-        ukjax.animate(system, sol, gif, fps=25, violation={"loop closure": (range(loops), "m")})
+        ukjax.animate(system, sol, gif, fps=12, every=4, violation={"loop closure": (range(loops), "m")})
+    # the spheres' creep over the floor, by MuJoCo's kinematics of the same file
+    data = mujoco.MjData(mj)
+    ids = [mj.geom(name).id for name in SPHERES]
+    spheres_at = []
+    for qk in q:
+        data.qpos[:] = qk
+        mujoco.mj_kinematics(mj, data)
+        spheres_at.append(data.geom_xpos[ids, :2].copy())
+    spheres_at = np.asarray(spheres_at)
+    # the spheres' centres also move as the feet roll on them; the slip is the contact points'
+    slip = jax.vmap(lambda t, q, qd: system.constraint_levels(t, q, qd)[-1].contacts.tangent.phid)(
+        sol.ts[reached], sol.q[reached], sol.qd[reached]
+    )
+    slip = np.asarray(slip).reshape(len(q), -1, 2)[:, -len(SPHERES) :]
     return dict(
         status=ukjax.Status(int(sol.status)).name,
         drift=float(np.max(np.linalg.norm(q[:, :3] - q[:1, :3], axis=1))),
@@ -161,6 +171,8 @@ def run_ukjax(xml, t1, gif):
         events=int(sol.contacts.events),
         touching=int(np.sum(spheres[-1] <= 1e-9)),
         compile=compile_time,
+        creep=float(np.max(np.abs(spheres_at - spheres_at[:1]))),
+        slip=float(np.max(np.linalg.norm(slip, axis=-1))),
     )
 
 
@@ -169,7 +181,7 @@ def run_mujoco(xml, t1):
     mj.opt.timestep = 1e-4
     data = mujoco.MjData(mj)
     qadr, dadr, gear, target, feet_mask, roll = pd(mj, mj.key_qpos[mj.key("home").id])
-    feet = [mj.geom(f"{s}-{n}").id for s in ("left", "right") for n in ("toe", "heel")]
+    feet = [mj.geom(name).id for name in SPHERES]
     limited = np.flatnonzero(mj.jnt_limited & (mj.jnt_type == mujoco.mjtJoint.mjJNT_HINGE))
 
     def run(measure):
@@ -221,7 +233,8 @@ def main():
         print(f"{name:28s} {r['reached']:9.3f} {r['height']:8.3f} {r['drift']:12.2e} {r['penetration']:11.1e} "
               f"{r['loops']:10.1e} {r['past']:10.1e} {r['compile']:9.1f} {r['wall']:7.1f} {r['reached'] / r['wall']:8.3f}")
     print(f"ukjax / MuJoCo throughput: {(uk['reached'] / uk['wall']) / (mj['reached'] / mj['wall']):.3f}x")
-    print(f"MuJoCo's feet crept by up to {mj['creep']:.1e} m")
+    print(f"The spheres' centres moved over the floor by up to {uk['creep']:.1e} m (ukjax, its contact points slipping "
+          f"at {uk['slip']:.1e} m/s at most), {mj['creep']:.1e} m (MuJoCo)")
 
 
 if __name__ == "__main__":

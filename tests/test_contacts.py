@@ -16,24 +16,27 @@ G = 9.81
 
 
 class PointMass(ukjax.AbstractUnconstrainedSystem):
-    """A point mass in the plane (x along a floor, y above it) under a gravity vector: on an
-    incline of angle θ, gravity is g (sin θ, −cos θ) in the incline's axes."""
+    """A point mass in the plane (x along a floor, y above it) under a gravity vector, and a
+    force per unit mass growing as `ramp t`: on an incline of angle θ, gravity is
+    g (sin θ, −cos θ) in the incline's axes."""
 
     mass: jax.Array
     gravity: jax.Array
+    ramp: jax.Array
 
     def mass_matrix(self, t, q):
         return self.mass * jnp.eye(2, dtype=q.dtype)
 
     def forces(self, t, q, qd):
-        return self.mass * self.gravity.astype(q.dtype)
+        return self.mass * (self.gravity + self.ramp * t).astype(q.dtype)
 
 
-def _on_floor(mass, gravity, restitution, friction):
+def _on_floor(mass, gravity, restitution, friction, ramp=(0.0, 0.0)):
     floor = ukjax.Unilateral(
         lambda t, q: q[1], restitution=restitution, friction=friction, slip=lambda t, q, qd: qd[0]
     )
-    return ukjax.ConstrainedSystem(PointMass(jnp.asarray(mass, float), jnp.asarray(gravity, float)), floor)
+    point = PointMass(*(jnp.asarray(x, float) for x in (mass, gravity, ramp)))
+    return ukjax.ConstrainedSystem(point, floor)
 
 
 def _batch(values):
@@ -53,22 +56,32 @@ DOWN = (0.0, -G)
 # a ball thrown along the floor: its mass, μ and e, and their central differences' step
 THROWN, STEP = np.array([2.0, 0.2, 0.5]), 1e-6
 THROWN_START = (np.array([0.0, H]), np.array([3.0, 0.0]))
+# a ten-tonne mass on the floor, lifted by a force growing to twice its weight at t = 1
+HEAVY, LIFT = 1e4, (0.0, 2 * G)
 
 
 @pytest.fixture(scope="module")
 def closed_forms():
     """Members with their contacts at different times and in different modes, simulated
     together: a ball dropped from H with e = 0.5 and with e = 0; a block on an incline of
-    θ = 0.5 rad with μ = 0.7 > tan θ (sticks) and μ = 0.3 (slides); and the thrown ball with
-    each of its mass, μ and e moved by ±STEP (for the derivatives)."""
+    θ = 0.5 rad with μ = 0.7 > tan θ (sticks) and μ = 0.3 (slides); the heavy mass lifted off;
+    and the thrown ball with each of its mass, μ and e moved by ±STEP (for the
+    derivatives)."""
     incline = (G * np.sin(THETA), -G * np.cos(THETA))
-    members = [(2.0, DOWN, E, 0.3), (2.0, DOWN, 0.0, 0.3), (3.0, incline, 0.0, 0.7), (3.0, incline, 0.0, 0.3)]
-    starts = [(0.0, H), (0.0, H), (0.0, 0.0), (0.0, 0.0)]
-    velocities = [(0.0, 0.0)] * 4
+    still = (0.0, 0.0)
+    members = [
+        (2.0, DOWN, E, 0.3, still),
+        (2.0, DOWN, 0.0, 0.3, still),
+        (3.0, incline, 0.0, 0.7, still),
+        (3.0, incline, 0.0, 0.3, still),
+        (HEAVY, DOWN, 0.0, 0.3, LIFT),
+    ]
+    starts = [(0.0, H), (0.0, H), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0)]
+    velocities = [(0.0, 0.0)] * 5
     for i in range(3):
         for sign in (1, -1):
             mass, mu, e = THROWN + sign * STEP * np.eye(3)[i]
-            members.append((mass, DOWN, e, mu))
+            members.append((mass, DOWN, e, mu, still))
             starts.append(THROWN_START[0])
             velocities.append(THROWN_START[1])
     return ukjax.simulate_batch(_batch(members), np.array(starts), np.array(velocities), 0.0, 1.5, ts=TS, system_axes=0)
@@ -118,13 +131,28 @@ def test_an_event_that_cannot_be_located_says_so():
     crossing zero: the event's root finder cannot meet its tolerance on the value, and the
     run stops there with CONTACT_UNRESOLVED, not a solver failure."""
     jump = ukjax.Unilateral(lambda t, q: jnp.where(q[1] > 0.5, q[1], q[1] - 1.0))
-    ball = ukjax.ConstrainedSystem(PointMass(jnp.asarray(2.0), jnp.asarray(DOWN)), jump)
+    ball = ukjax.ConstrainedSystem(PointMass(jnp.asarray(2.0), jnp.asarray(DOWN), jnp.zeros(2)), jump)
     sol = ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, 1.0, ts=np.linspace(0, 1, 11), throw=False)
     assert int(sol.status) == ukjax.Status.CONTACT_UNRESOLVED
     reached = np.isfinite(np.asarray(sol.q[:, 1]))
     assert reached[0] and not reached[-1] and np.all(np.asarray(sol.q[reached, 1]) > 0.5)
     with pytest.raises(RuntimeError, match="could not be located"):
         ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, 1.0, ts=np.linspace(0, 1, 11))
+
+
+def test_a_heavy_mass_lifts_off_when_its_normal_force_reaches_zero(closed_forms):
+    """The ten-tonne mass leaves the floor where the lifting force equals its weight (t =
+    1/2): an event located on a normal force of 1e5 N, whose round-off stays far above the
+    root finder's 1e-14. Then y = g (t − 1/2)³ / 3."""
+    sol = closed_forms
+    assert int(sol.status[4]) == ukjax.Status.SUCCESS and int(sol.contacts.events[4]) == 1
+    np.testing.assert_allclose(float(sol.contacts.event_times[4, 0]), 0.5, rtol=1e-8)
+    t = np.asarray(sol.ts[4])
+    np.testing.assert_allclose(np.asarray(sol.q[4, :, 1]), G * np.maximum(t - 0.5, 0) ** 3 / 3, rtol=1e-8, atol=1e-9)
+    resting = t < 0.5
+    np.testing.assert_allclose(
+        np.asarray(sol.contacts.normal[4, resting, 0]), HEAVY * G * (1 - 2 * t[resting]), rtol=1e-10
+    )
 
 
 def test_a_block_on_an_incline_sticks_or_slides_as_coulomb_says(closed_forms):
@@ -333,7 +361,7 @@ def test_derivatives_through_impacts_and_sliding_match_central_differences(close
         return sol.q[TS.tolist().index(1.0)]
 
     jacobian = np.asarray(jax.jacfwd(position)(jnp.asarray(THROWN)))
-    q = np.asarray(closed_forms.q[4:, TS.tolist().index(1.0)])
+    q = np.asarray(closed_forms.q[5:, TS.tolist().index(1.0)])
     central = (q[0::2] - q[1::2]).T / (2 * STEP)
     np.testing.assert_allclose(jacobian, central, rtol=1e-6, atol=1e-8)
     # the mass changes nothing here (it scales every force alike); μ moves x, e both x and y
