@@ -52,6 +52,9 @@ def cases():
     yield "wide, full rank", wide
     yield "wide, duplicated row", np.vstack([wide, wide[1]])
     yield "wide, rows 1e-6 apart", np.vstack([wide, wide[0] + 1e-6 * rng.normal(size=wide.shape[1])])
+    # More rows than columns, of rank 5: the SVD of Bᵀ, whose four dependent columns shrink
+    # to round-off during the sweeps (Cassie's feet and loops: 123 rows of rank 23)
+    yield "tall, rank 5", rng.normal(size=(14, 5)) @ rng.normal(size=(5, 9))
 
 
 def reference(B, X):
