@@ -13,9 +13,9 @@ and the simulated seconds per second.
     python benchmarks/cassie_standing.py [--t1 2] [--gif cassie_standing.gif]
 
 Measured 2026-11-25 (2 cores), `--t1 2`: both stand. ukjax: SUCCESS with one event, all four
-spheres on the floor, penetration 7.3e-13 m, loops closed to 1.1e-12 m, no joint past its
-range, the contact points slipping at 4.9e-13 m/s at most; 78.8 s for the run and 38.8 s to
-compile, 0.009x MuJoCo's throughput. MuJoCo: 5.1 mm into the floor, loops open by 3.4 mm,
+spheres on the floor, penetration 6.0e-13 m, loops closed to 2.1e-12 m, no joint past its
+range, the contact points slipping at 5.1e-13 m/s at most; 38.3 s for the run and 38.1 s to
+compile, 0.019x MuJoCo's throughput. MuJoCo: 5.1 mm into the floor, loops open by 3.4 mm,
 the spheres creeping 1.8 mm.
 """
 
