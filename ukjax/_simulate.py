@@ -455,9 +455,9 @@ _GAP_OFFSET = 1e-12
 _FORCE_OFFSET = 2.0
 # The root finder stops where the bracket is 1e-14 wide and the value below 1e-14. Forces
 # solved through an ill-conditioned Delassus matrix (Cassie's feet and loops) carry more
-# round-off than that, and their events were never located: values are scaled so that 1e-8
-# (m, m/s, or relative to the largest normal force) counts as zero. A value that jumps across
-# zero still never gets there (`Status.CONTACT_UNRESOLVED`).
+# round-off than that, and whether their events were located was luck: values are scaled so
+# that 1e-8 (m, m/s, or relative to the largest normal force) counts as zero. A value that
+# jumps across zero still never gets there (`Status.CONTACT_UNRESOLVED`).
 _EVENT_SCALE = 1e-6
 
 
@@ -483,7 +483,8 @@ def _event_value(s, y, args, **kwargs):
         jnp.where(modes.mode != OPEN, sol.normal / force_scale + PULL * _FORCE_OFFSET, jnp.inf),
         jnp.where(
             (modes.mode == STICKING) & friction,
-            (c.friction * sol.normal - jnp.linalg.norm(sol.tangent, axis=-1)) / force_scale + CONE * _FORCE_OFFSET,
+            (c.friction * sol.normal - jnp.linalg.norm(sol.tangent, axis=-1)) / force_scale
+            + CONE * _FORCE_OFFSET,
             jnp.inf,
         ),
         jnp.where((modes.mode == SLIDING) & friction, slip + _GAP_OFFSET, jnp.inf),
