@@ -40,8 +40,8 @@ RADIUS, TOE, HEEL, MU = 0.01, 0.09, -0.05, 1.0
 SPHERES = [f"{side}-{end}" for side in ("left", "right") for end in ("toe", "heel")]
 KP, KD = 1000.0, 30.0  # N m/rad and N m s/rad at the joints
 # The ankles hold no position: a torque against the pelvis's forward drift (N m/m and N m s/m),
-# bounded by what a foot loaded by half the robot's weight bears with its centre of pressure
-# between its spheres, and damping (N m s/rad). A position gain at the ankle, as at the other
+# bounded at half of what a foot loaded by half the robot's weight bears with its centre of
+# pressure between its spheres (about 8 N m on the heel's side), and damping (N m s/rad). A position gain at the ankle, as at the other
 # joints, turns the legs' sag on their springs into a torque that tips the feet onto their
 # heels.
 GX, GV, ANKLE, KD_FOOT = -1000.0, -300.0, 4.0, 1.0
