@@ -41,9 +41,9 @@ SPHERES = [f"{side}-{end}" for side in ("left", "right") for end in ("toe", "hee
 KP, KD = 1000.0, 30.0  # N m/rad and N m s/rad at the joints
 # The ankles hold no position: a torque against the pelvis's forward drift (N m/m and N m s/m),
 # bounded at half of what a foot loaded by half the robot's weight bears with its centre of
-# pressure between its spheres (about 8 N m on the heel's side), and damping (N m s/rad). A position gain at the ankle, as at the other
-# joints, turns the legs' sag on their springs into a torque that tips the feet onto their
-# heels.
+# pressure between its spheres (about 8 N m on the heel's side), and damping (N m s/rad). A
+# position gain at the ankle, as at the other joints, turns the legs' sag on their springs into
+# a torque that tips the feet onto their heels.
 GX, GV, ANKLE, KD_FOOT = -1000.0, -300.0, 4.0, 1.0
 # The hips' roll targets lean against its sideways drift (rad/m and rad s/m). Without it
 # MuJoCo's Cassie falls sideways after 3 s.
@@ -80,12 +80,15 @@ def scene() -> str:
         body = root.find(f".//body[@name='{side}-foot']")
         for name, p in zip(("toe", "heel"), ps):
             p = np.array([p[0], p[1], floor + RADIUS])
-            ElementTree.SubElement(body, "geom", name=f"{side}-{name}", type="sphere", size=repr(RADIUS),
-                                   pos=full(R.T @ (p - x)), friction=friction, mass="0", contype="2",
-                                   conaffinity="1")
+            ElementTree.SubElement(
+                body, "geom", name=f"{side}-{name}", type="sphere", size=repr(RADIUS), pos=full(R.T @ (p - x)),
+                friction=friction, mass="0", contype="2", conaffinity="1",
+            )
     # the feet touch the floor, not each other
-    ElementTree.SubElement(root.find("worldbody"), "geom", name="floor", type="plane", size="5 5 0.1",
-                           pos=full([0, 0, floor]), friction=friction, contype="1", conaffinity="2")
+    ElementTree.SubElement(
+        root.find("worldbody"), "geom", name="floor", type="plane", size="5 5 0.1", pos=full([0, 0, floor]),
+        friction=friction, contype="1", conaffinity="2",
+    )
     return ElementTree.tostring(root, encoding="unicode")
 
 
@@ -125,8 +128,10 @@ def run_ukjax(xml, t1, gif):
         return law(target, gear, feet, roll, q[index], qd[index], q[:2] - model.q0[:2], qd[:2], jnp)
 
     system = ukjax.ConstrainedSystem(model.controlled(control), model.constraints + model.unilateral)
-    ts = jnp.linspace(0.0, t1, 101)
-    run = lambda t1: ukjax.simulate(system, model.q0, model.qd0, 0.0, t1, ts=ts * t1 / ts[-1], throw=False)  # noqa: E731
+    # saves from linspace, whose end is the horizon exactly (a save past t1 is never reached)
+    run = lambda horizon: ukjax.simulate(  # noqa: E731
+        system, model.q0, model.qd0, 0.0, horizon, ts=jnp.linspace(0.0, horizon, 101), throw=False
+    )
     # compiled once: the first, 1 ms long, run is nearly all compile time
     start = time.perf_counter()
     jax.block_until_ready(run(1e-3).q)
@@ -142,7 +147,8 @@ def run_ukjax(xml, t1, gif):
     joints = np.array([tree.joint_index(n) for n in limits.joints])
     past = float(np.max(np.maximum(lower - q[:, joints], q[:, joints] - upper)))
     loops = len(model.constraints) * 3
-    spheres = np.asarray(sol.contacts.gap)[reached, len(limits.joints) * 2 :]
+    # the feet's contacts come last, after the limits' rows
+    spheres = np.asarray(sol.contacts.gap)[reached, -len(SPHERES) :]
     if gif:
         ukjax.animate(system, sol, gif, fps=12, every=4, violation={"loop closure": (range(loops), "m")})
     # the spheres' creep over the floor, by MuJoCo's kinematics of the same file
