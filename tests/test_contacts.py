@@ -126,6 +126,22 @@ def test_a_run_out_of_events_says_so():
         ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, 1.5, ts=TS, max_events=2)
 
 
+def test_a_save_past_t1_by_rounding_is_made_and_one_past_it_by_more_is_refused():
+    """A save an ulp past `t1` (a grid scaled as `linspace(0, 1) · t1 / T`) is snapped onto
+    `t1`, not left unreached; saves outside `[t0, t1]` or out of order are refused. The second
+    apex, reached after two events, is at H e⁴."""
+    ball = _on_floor(2.0, DOWN, E, 0.3)
+    t1 = APEXES[1]
+    ts = np.linspace(0.0, t1, TS.size)
+    ts[-1] = np.nextafter(t1, np.inf)
+    sol = ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, t1, ts=ts, max_events=2)
+    assert float(sol.ts[-1]) == t1 and int(sol.contacts.events) == 2
+    np.testing.assert_allclose(float(sol.q[-1, 1]), H * E**4, rtol=1e-8)
+    for bad, match in ((ts + 1e-3, "must lie between"), (ts[::-1], "sorted in the direction")):
+        with pytest.raises(ValueError, match=match):
+            ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, t1, ts=bad, max_events=2)
+
+
 def test_an_event_that_cannot_be_located_says_so():
     """A gap that jumps from +0.5 to −0.5 (here, 0.5 above the floor) changes sign without
     crossing zero: the event's root finder cannot meet its tolerance on the value, and the

@@ -282,7 +282,8 @@ def simulate(
     - `system`: any ukjax system, typically a [`ukjax.ConstrainedSystem`][].
     - `q0`, `qd0`: initial coordinates and velocities, shape (n,).
     - `t0`, `t1`: start and end times.
-    - `ts`: times to save at (default: `t0` and `t1`).
+    - `ts`: times to save at, from `t0` towards `t1` (default: `t0` and `t1`); a time past an
+      end by rounding alone is taken as that end.
     - `solver`: a diffrax solver (default `Tsit5`; see [`ukjax.stiff_solver`][] for stiff cases).
     - `rtol`, `atol`: tolerances of the adaptive step-size controller.
     - `dt0`: initial step (required for fixed steps).
@@ -314,9 +315,7 @@ def simulate(
             stacklevel=2,
         )
     t0, t1 = jnp.asarray(t0, q0.dtype), jnp.asarray(t1, q0.dtype)
-    ts = jnp.stack([t0, t1]) if ts is None else jnp.asarray(ts, q0.dtype)
-    if ts.ndim != 1:
-        raise ValueError(f"ts must be a vector of save times, got shape {ts.shape}.")
+    ts = jnp.stack([t0, t1]) if ts is None else _save_times(jnp.asarray(ts, q0.dtype), t0, t1)
     if not adaptive and dt0 is None:
         raise ValueError("Fixed-step integration (adaptive=False) needs a step size dt0.")
     if adaptive and isinstance(solver, RK4):
@@ -370,6 +369,27 @@ def simulate(
         raise RuntimeError(_MESSAGES[Status(int(solution.status))])
     warn_if_started_off(solution, q0, qd0, rtol, atol)
     return solution
+
+
+def _save_times(ts: Array, t0: Array, t1: Array) -> Array:
+    """`ts` checked against `[t0, t1]` (either direction) and snapped onto it where it lies
+    past an end by rounding alone: a grid built as `linspace(0, 1) * t1` can end an ulp past
+    `t1`, a save the run would never reach."""
+    if ts.ndim != 1:
+        raise ValueError(f"ts must be a vector of save times, got shape {ts.shape}.")
+    lo, hi = jnp.minimum(t0, t1), jnp.maximum(t0, t1)
+    slack = 8 * jnp.finfo(ts.dtype).eps * jnp.maximum(jnp.abs(t0), jnp.abs(t1))
+    if not any(isinstance(x, jax.core.Tracer) for x in (ts, t0, t1)):
+        if bool(jnp.any((ts < lo - slack) | (ts > hi + slack))):
+            raise ValueError(
+                f"ts must lie between t0 = {float(t0)} and t1 = {float(t1)}; it spans "
+                f"{float(jnp.min(ts))} to {float(jnp.max(ts))}."
+            )
+        steps = jnp.diff(ts) * jnp.sign(t1 - t0)
+        if bool(jnp.any(steps < 0)):
+            raise ValueError("ts must run from t0 towards t1 (sorted in the direction of the run).")
+    snapped = jnp.clip(ts, lo, hi)
+    return jnp.where(jnp.abs(ts - snapped) <= slack, snapped, ts)
 
 
 def warn_if_started_off(solution: Solution, q0: Array, qd0: Array, rtol: float, atol: float) -> None:
