@@ -1,6 +1,8 @@
-"""Independent references, shared by the tests and `reproduce_seeds.py`: the closed forms the
-source papers print, transcribed as printed, and the same mechanisms built in Pinocchio."""
+"""Independent references, shared by the tests and the benchmarks: the closed forms the source
+papers print, transcribed as printed, the same mechanisms built in Pinocchio, and closed chains
+integrated on MuJoCo's own functions with their loops held by a KKT solve."""
 
+import mujoco
 import numpy as np
 import pinocchio as pin
 
@@ -130,3 +132,63 @@ def pinocchio_scara(arm):
         model.appendBodyToJoint(parent, inertia, pin.SE3.Identity())
     model.gravity.linear = np.array([0.0, 0.0, -float(arm.g)])
     return _finish(model)
+
+
+def _kkt(M, f, J, Jdot_v):
+    """The constrained acceleration of `M v̇ = f + Jᵀλ`, `J v̇ = −J̇v` (least squares: a planar
+    loop written in 3D gives dependent rows)."""
+    p = J.shape[0]
+    K = np.block([[M, J.T], [J, np.zeros((p, p))]])
+    return np.linalg.lstsq(K, np.concatenate([f, -Jdot_v]), rcond=1e-12)[0][: M.shape[0]]
+
+
+def mujoco_kkt_acceleration(mjm, d, qpos, qvel, h=1e-6):
+    """A closed chain's acceleration from MuJoCo's terms only, with its equalities held exactly:
+    `mj_fullM`, `qfrc_passive + qfrc_actuator − qfrc_bias` (at `d.ctrl`), the equality rows of
+    `efc_J`, and `J̇v` by central differences along `mj_integratePos`."""
+
+    def terms(qpos):
+        d.qpos[:], d.qvel[:] = qpos, qvel
+        mujoco.mj_forward(mjm, d)
+        M = np.zeros((mjm.nv, mjm.nv))
+        mujoco.mj_fullM(mjm, d, M)
+        J = d.efc_J.reshape(d.nefc, mjm.nv)[: d.ne].copy()
+        return M, d.qfrc_passive + d.qfrc_actuator - d.qfrc_bias, J
+
+    M, f, J = terms(qpos)
+    rates = []
+    for sign in (1, -1):
+        moved = qpos.copy()
+        mujoco.mj_integratePos(mjm, moved, qvel, sign * h)
+        rates.append(terms(moved)[2] @ qvel)
+    return _kkt(M, f, J, (rates[0] - rates[1]) / (2 * h))
+
+
+def mujoco_kkt_flow(mjm, ctrl=0.0):
+    """`f(t, y)` of the state `y = (qpos, qvel)` under `mujoco_kkt_acceleration` at a constant
+    `ctrl`, for `scipy.integrate.solve_ivp`: `qpos` moves as MuJoCo's joints define (free joints'
+    linear velocity in the world, angular velocities in the body's frame)."""
+    d = mujoco.MjData(mjm)
+    d.ctrl[:] = ctrl
+    quaternions = []  # (qpos address, qvel address) of each joint quaternion
+    for j in range(mjm.njnt):
+        kind, a, v = mjm.jnt_type[j], int(mjm.jnt_qposadr[j]), int(mjm.jnt_dofadr[j])
+        if kind == mujoco.mjtJoint.mjJNT_FREE:
+            quaternions.append((a + 3, v + 3))
+        elif kind == mujoco.mjtJoint.mjJNT_BALL:
+            quaternions.append((a, v))
+    plain = np.setdiff1d(np.arange(mjm.nv), [v + i for _, v in quaternions for i in range(3)])
+    linear = np.setdiff1d(np.arange(mjm.nq), [a + i for a, _ in quaternions for i in range(4)])
+
+    def flow(t, y):
+        qpos, qvel = y[: mjm.nq].copy(), y[mjm.nq :]
+        rate = np.zeros(mjm.nq)
+        rate[linear] = qvel[plain]
+        for a, v in quaternions:
+            qpos[a : a + 4] /= np.linalg.norm(qpos[a : a + 4])
+            # u̇ = ½ u ⊗ (0, ω), ω in the body's frame (as `mj_integratePos`; `mju_derivQuat`
+            # takes ω in the world's)
+            mujoco.mju_mulQuat(rate[a : a + 4], qpos[a : a + 4], np.r_[0.0, 0.5 * qvel[v : v + 3]])
+        return np.concatenate([rate, mujoco_kkt_acceleration(mjm, d, qpos, qvel)])
+
+    return flow
