@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import ukjax
+from benchmarks.references import mujoco_kkt_acceleration
 from ukjax import models
 
 CASSIE = Path(__file__).parent.parent.parent / "shared" / "robots" / "cassie.xml"
@@ -70,34 +71,6 @@ def body_positions(mjm, qpos):
     d.qpos[:] = qpos
     mujoco.mj_kinematics(mjm, d)
     return d.xpos[1:].copy()
-
-
-def _kkt(M, f, J, Jdot_v):
-    """The constrained acceleration of `M v̇ = f + Jᵀλ`, `J v̇ = −J̇v` (least squares: a planar
-    loop written in 3D gives dependent rows)."""
-    p = J.shape[0]
-    K = np.block([[M, J.T], [J, np.zeros((p, p))]])
-    return np.linalg.lstsq(K, np.concatenate([f, -Jdot_v]), rcond=1e-12)[0][: M.shape[0]]
-
-
-def mujoco_kkt_acceleration(mjm, d, qpos, qvel, h=1e-6):
-    """The loops' acceleration from MuJoCo's terms only: `mj_fullM`, `qfrc_passive − qfrc_bias`,
-    the equality rows of `efc_J`, and `J̇v` by central differences along `mj_integratePos`."""
-
-    def terms(qpos):
-        d.qpos[:], d.qvel[:] = qpos, qvel
-        mujoco.mj_forward(mjm, d)
-        M = np.zeros((mjm.nv, mjm.nv))
-        mujoco.mj_fullM(mjm, d, M)
-        return M, d.qfrc_passive - d.qfrc_bias, d.efc_J.reshape(d.nefc, mjm.nv).copy()
-
-    M, f, J = terms(qpos)
-    rates = []
-    for sign in (1, -1):
-        moved = qpos.copy()
-        mujoco.mj_integratePos(mjm, moved, qvel, sign * h)
-        rates.append(terms(moved)[2] @ qvel)
-    return _kkt(M, f, J, (rates[0] - rates[1]) / (2 * h))
 
 
 def mujoco_kkt_rk4(mjm, qpos, qvel, steps):

@@ -31,10 +31,18 @@ class PointMass(ukjax.AbstractUnconstrainedSystem):
         return self.mass * (self.gravity + self.ramp * t).astype(q.dtype)
 
 
+def _height(t, q):
+    return q[1]
+
+
+def _slip(t, q, qd):
+    return qd[0]
+
+
 def _on_floor(mass, gravity, restitution, friction, ramp=(0.0, 0.0)):
-    floor = ukjax.Unilateral(
-        lambda t, q: q[1], restitution=restitution, friction=friction, slip=lambda t, q, qd: qd[0]
-    )
+    # the gap and slip as module-level functions: every such system has one structure, so one
+    # compiled simulation serves the tests that share shapes
+    floor = ukjax.Unilateral(_height, restitution=restitution, friction=friction, slip=_slip)
     point = PointMass(*(jnp.asarray(x, float) for x in (mass, gravity, ramp)))
     return ukjax.ConstrainedSystem(point, floor)
 
