@@ -156,39 +156,39 @@ def run_mujoco(mjm, ctrl, states, batch, references):
     points = []
     datas = [mujoco.MjData(mjm) for _ in range(CORES)]
     spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    # the members' states, as `rollout` takes them (the same at every step and `solref`)
+    start = mujoco.MjData(mjm)
+    initial = []
+    for qpos, qvel in states:
+        start.qpos[:], start.qvel[:] = qpos, qvel
+        state = np.empty(mujoco.mj_stateSize(mjm, spec))
+        mujoco.mj_getState(mjm, start, state, spec)
+        initial.append(state)
+    initial = np.array([initial[i % len(states)] for i in range(batch)])
     for tight in (False, True):
         for h in MUJOCO_STEPS:
-            model = mjm
-            model.opt.timestep = h
-            saved = model.eq_solref.copy()
+            mjm.opt.timestep = h
+            saved = mjm.eq_solref.copy()
             if tight:
-                model.eq_solref[:] = (2 * h, 1.0)
-            d = mujoco.MjData(model)
-            initial = []
-            for qpos, qvel in states:
-                d.qpos[:], d.qvel[:] = qpos, qvel
-                state = np.empty(mujoco.mj_stateSize(model, spec))
-                mujoco.mj_getState(model, d, state, spec)
-                initial.append(state)
-            initial = np.array([initial[i % len(states)] for i in range(batch)])
+                mjm.eq_solref[:] = (2 * h, 1.0)
             nstep = round(T / h)
-            control = None if ctrl is None else np.full((batch, nstep, model.nu), ctrl)
-            rollout.rollout(model, datas, initial[:CORES], None if control is None else control[:CORES], nstep=1)
+            control = None if ctrl is None else np.full((batch, nstep, mjm.nu), ctrl)
+            rollout.rollout(mjm, datas, initial[:CORES], None if control is None else control[:CORES], nstep=1)
             for d in datas:
                 for w in d.warning:
                     w.number = 0
             start = time.perf_counter()
-            out, _ = rollout.rollout(model, datas, initial, control, nstep=nstep)
+            out, _ = rollout.rollout(mjm, datas, initial, control, nstep=nstep)
             wall = time.perf_counter() - start
             # MuJoCo resets a member whose state blew up and goes on: its counters say so
             unstable = any(w.number for d in datas for w in d.warning)
-            model.eq_solref[:] = saved
+            mjm.eq_solref[:] = saved
             # the state after step k is out[:, k - 1]; the saves fall on steps
             steps = np.round(SAVES / h).astype(int)
-            qpos = out[: len(states), np.maximum(steps - 1, 0), 1 : 1 + model.nq]
+            qpos = out[: len(states), np.maximum(steps - 1, 0), 1 : 1 + mjm.nq]
             qpos[:, 0] = [q for q, _ in states]
             label = "MuJoCo RK4, solref 2h" if tight else "MuJoCo RK4, file's solref"
-            worst = np.inf if unstable else error(model, qpos, references)
+            worst = np.inf if unstable else error(mjm, qpos, references)
             points.append((label, f"h {h * 1e3:g} ms", worst, 1e3 * wall / (batch * T)))
     return points
 
