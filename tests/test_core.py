@@ -60,6 +60,17 @@ def test_nonideal_and_redundant_match_paper_formula():
     np.testing.assert_allclose(ukjax.constraint_force(M, Q, A, b, c=c), Qc_ref, rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("n", [3, 10])  # the unrolled kernels and the loops
+def test_no_rows_is_the_free_motion_with_the_nonideal_force_in_full(n):
+    rng = np.random.default_rng(n)
+    M, Q, A, b = random_problem(rng, n, 0)
+    c = rng.normal(size=n)
+    np.testing.assert_allclose(ukjax.udwadia_kalaba(M, Q, A, b), np.linalg.solve(M, Q), rtol=1e-12)
+    np.testing.assert_allclose(ukjax.udwadia_kalaba(M, Q, A, b, c=c), np.linalg.solve(M, Q + c), rtol=1e-12)
+    np.testing.assert_allclose(ukjax.constraint_force(M, Q, A, b, c=c), c, rtol=1e-15)
+    np.testing.assert_array_equal(ukjax.constraint_force(M, Q, A, b), np.zeros(n))
+
+
 def test_nonideal_force_does_the_prescribed_work():
     rng = np.random.default_rng(2)
     M, Q, A, b = random_problem(rng, 7, 3)

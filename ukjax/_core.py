@@ -89,6 +89,10 @@ def uk_solve(
     method: Method,
 ) -> UKSolution:
     """The U-K solve without runtime checks (its failures are reported in the result)."""
+    if not A.shape[0]:
+        # no rows: nothing to project, and a non-ideal force acts in full
+        sol = free_solve(M, Q if c is None else Q + c)
+        return sol if c is None else sol._replace(constraint_force=c)
     # All kernels of one solve alike: mixing unrolled ones with loops compiles slowest.
     unroll = la.unrolled(*A.T.shape)
     L = la.cholesky(M, unroll)
