@@ -23,7 +23,11 @@ random joint rates.
 """
 
 import argparse
+import ctypes
 import functools
+import itertools
+import subprocess
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -32,12 +36,17 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, PartitionSpec
 from jaxtyping import Array, Float
 
 import ukjax
+from ukjax import _bench as bench
 from ukjax import models
+from ukjax._bench import DT
+from ukjax._constraints import stack_rows
 from ukjax._linalg import rank_tolerance
 from ukjax._robots.actuators import Actuated
+from ukjax._robots.equalities import Connect
 from ukjax._robots.joints import SIZES, topology, topology_of
 from ukjax._robots.spatial import put
 from ukjax._robots.tree import NORM_GAINS, RigidBodyTree
@@ -501,8 +510,10 @@ def dynamics(tree, q: Float[Array, "n B"], qd: Float[Array, "n B"], norm_gains: 
 
     **Returns:**
 
-    `(M, Q, norm_rows)`: shapes (n, n, B) and (n, B), and the norm rows' `(A, b, phi, phid)`
-    with shapes (k, n, B), (k, B), (k, B), (k, B) (`k = 0` without quaternions).
+    `(M, Q, norm_rows, motion)`: shapes (n, n, B) and (n, B), the norm rows' `(A, b, phi,
+    phid)` with shapes (k, n, B), (k, B), (k, B), (k, B) (`k = 0` without quaternions), and
+    `(kinematics, V, A)`: the bodies' twists and accelerations at `q̈ = 0` (gravity left out),
+    each (b, 6, B), for the rows of `connect` constraints.
     """
     top, st = topology(tree), structure(tree)
     n, B = q.shape
@@ -522,9 +533,10 @@ def dynamics(tree, q: Float[Array, "n B"], qd: Float[Array, "n B"], norm_gains: 
     M = M + (C.T @ (tree.tendon_armature[:, None] * C))[..., None] + _metric(tree, st, q, tree.armature)
     # bias forces by recursive Newton–Euler, with sums over the tree as products with its
     # topology matrices; gravity as an upward acceleration of the base
-    motion = S * qd[:, None]
-    V = _sum_into(top.moves, motion)
-    A = _sum_into(top.moves, _motion_cross(_sum_into(top.before, motion), motion))
+    rates = S * qd[:, None]
+    V = _sum_into(top.moves, rates)
+    A = _sum_into(top.moves, _motion_cross(_sum_into(top.before, rates), rates))
+    motion = (kin, V, A)
     A = A - jnp.concatenate([jnp.zeros(3, A.dtype), tree.gravity])[:, None]
     wrenches = _apply_inertia(m, h, inertia_o, A) + _force_cross(V, _apply_inertia(m, h, inertia_o, V))
     bias = _dot(S, _sum_into(top.subtree, wrenches)[top.coordinate_bodies])
@@ -536,7 +548,7 @@ def dynamics(tree, q: Float[Array, "n B"], qd: Float[Array, "n B"], norm_gains: 
     k = len(st.quaternion_joints)
     if not k:
         zeros = jnp.zeros((0, B), q.dtype)
-        return M, Q, (jnp.zeros((0, n, B), q.dtype), zeros, zeros, zeros)
+        return M, Q, (jnp.zeros((0, n, B), q.dtype), zeros, zeros, zeros), motion
     u, ud = q[st.quaternion_rows], qd[st.quaternion_rows]
     phi, phid = _dot(u, u) - 1, 2 * _dot(u, ud)
     alpha, beta = norm_gains
@@ -548,7 +560,7 @@ def dynamics(tree, q: Float[Array, "n B"], qd: Float[Array, "n B"], norm_gains: 
     block_M = 4 * gamma[:, None, None] * u[:, :, None] * u[:, None, :]
     M = M + _dense((n, n), np.repeat(blocks, 4, axis=1).ravel(), np.tile(blocks, (1, 4)).ravel(), block_M.reshape(-1, B))
     Q = Q + _dense((n, 1), blocks.ravel(), np.zeros(4 * k, int), (2 * gamma[:, None] * b[:, None] * u).reshape(-1, B))[:, 0]
-    return M, Q, (A_rows, b, phi, phid)
+    return M, Q, (A_rows, b, phi, phid), motion
 
 
 def _damping(tree, st: Structure, q, qd):
@@ -562,18 +574,73 @@ def _damping(tree, st: Structure, q, qd):
     blocks = st.quaternion_rows.ravel()
     return force + _dense((q.shape[0], 1), blocks, np.zeros(blocks.size, int), rate.reshape(-1, q.shape[1]))[:, 0]
 
-def lane_dynamics(system, t, q, qd) -> LaneDynamics:
-    """`LaneDynamics` of `B` states: the tree's terms in lanes, everything else mapped."""
+def _points(tree, motion, bodies: tuple[str, ...], points):
+    """Body-fixed points' position (k, 3, B), Jacobian (k, n, 3, B), acceleration at `q̈ = 0`
+    (k, 3, B), and their bodies' rotation (k, 3, 3, B), angular velocity (k, 3, B), angular
+    Jacobian (k, n, 3, B) and angular acceleration (k, 3, B), as `algorithms.points_motion`."""
+    kin, V, A = motion
+    b, (n, _, B) = len(tree.parents), kin.twists.shape
+    dtype = V.dtype
+    # the world as body b: a fixed frame at the origin that no coordinate moves
+    index = np.array([b if i < 0 else i for i in map(tree.body_index, bodies)], dtype=int)
+    eye = jnp.broadcast_to(jnp.eye(3, dtype=dtype)[None, :, :, None], (1, 3, 3, B))
+    R = jnp.concatenate([kin.rotations, eye])[index]
+    p = jnp.concatenate([kin.positions, jnp.zeros((1, 3, B), dtype)])[index]
+    V, A = (jnp.concatenate([x, jnp.zeros((1, 6, B), dtype)])[index] for x in (V, A))
+    moves = np.concatenate([topology(tree).moves, np.zeros((1, n))])[index][:, :, None, None]
+    x = p + _mv(R, points[..., None])
+    k = index.size
+    S = jnp.broadcast_to(kin.twists[None], (k, n, 6, B)).reshape(k * n, 6, B)
+    J = (S[:, 3:] + _cross(S[:, :3], jnp.repeat(x, n, axis=0))).reshape(k, n, 3, B) * moves
+    velocity = V[:, 3:] + _cross(V[:, :3], x)
+    bias = A[:, 3:] + _cross(A[:, :3], x) + _cross(V[:, :3], velocity)
+    return x, J, bias, R, V[:, :3], S[:, :3].reshape(k, n, 3, B) * moves, A[:, :3]
+
+
+def _connect_rows(tree, motion, constraints, qd):
+    """The rows of `k` `Connect` constraints at once, as `Connect._rows`: A (3k, n, B), b (3k, B)."""
+    one = _points(tree, motion, tuple(c.body1 for c in constraints), jnp.stack([c.anchor1 for c in constraints]))
+    two = _points(tree, motion, tuple(c.body2 for c in constraints), jnp.stack([c.anchor2 for c in constraints]))
+    (x1, J1, b1, R1, w, Jw, alpha), (x2, J2, b2, *_) = one, two
+    k, n, _, B = J1.shape
+    r, Jr = x1 - x2, J1 - J2
+    rd = jnp.einsum("kncB,nB->kcB", Jr, qd)
+    columns = Jr.reshape(k * n, 3, B) + _cross(jnp.repeat(r, n, axis=0), Jw.reshape(k * n, 3, B))
+    Rt = _transpose(R1)
+    A = _mv(jnp.repeat(Rt, n, axis=0), columns).reshape(k, n, 3, B).swapaxes(1, 2).reshape(3 * k, n, B)
+    bias = b1 - b2 + _cross(r, alpha) - 2 * _cross(w, rd) + _cross(w, _cross(w, r))
+    return A, -_mv(Rt, bias).reshape(3 * k, B)
+
+
+def lane_dynamics(system, t, q, qd, motion_out: list | None = None) -> LaneDynamics:
+    """`LaneDynamics` of `B` states: the tree's terms and `connect` rows in lanes, everything
+    else mapped (`motion_out` receives the tree's motion, for the rows above it)."""
     if isinstance(system, RigidBodyTree):
-        M, Q, (A, b, _, _) = dynamics(system, q, qd, NORM_GAINS)
+        M, Q, (A, b, _, _), motion = dynamics(system, q, qd, NORM_GAINS)
+        if motion_out is not None:
+            motion_out.append((system, motion))
         return LaneDynamics(M, Q, A, b)
     if isinstance(system, Actuated):
-        inner = lane_dynamics(system.system, t, q, qd)
+        inner = lane_dynamics(system.system, t, q, qd, motion_out)
         return inner._replace(Q=inner.Q + lanes(lambda q, qd: system._actuation(t, q, qd), q, qd))
     if isinstance(system, ukjax.ConstrainedSystem) and not system.sequential and system.nonideal is None:
-        inner = lane_dynamics(system.system, t, q, qd)
-        rows = lanes(lambda q, qd: system.rows(t, q, qd), q, qd)
-        return inner._replace(A=jnp.concatenate([inner.A, rows.A]), b=jnp.concatenate([inner.b, rows.b]))
+        motion = []
+        inner = lane_dynamics(system.system, t, q, qd, motion)
+        As, bs = [inner.A], [inner.b]
+        for kind, group in itertools.groupby(system.constraints, type):
+            group = list(group)
+            if kind is Connect and motion and system.stabilization is None:
+                A, b = _connect_rows(*motion[0], group, qd)
+            else:
+                rows = lanes(lambda q, qd, group=group: stack_rows(group, system.system, t, q, qd), q, qd)
+                if system.stabilization is not None:
+                    raise NotImplementedError("Baumgarte gains on lanes")
+                A, b = rows.A, rows.b
+            As.append(A)
+            bs.append(b)
+        if motion_out is not None:
+            motion_out += motion
+        return inner._replace(A=jnp.concatenate(As), b=jnp.concatenate(bs))
     raise NotImplementedError(type(system).__name__)
 
 
@@ -581,6 +648,36 @@ def lane_parents(system) -> tuple[int, ...]:
     while not isinstance(system, RigidBodyTree):
         system = system.system
     return structure(system).parents
+
+
+_KERNEL = Path(__file__).resolve().parent / "lanes_kernel" / "uk_lanes.cc"
+_CHUNK = 32  # the kernel's lanes per chunk: batches are padded to a multiple
+
+
+def build_kernel() -> bool:
+    """Compile `lanes_kernel/uk_lanes.cc` with the system's C++ compiler and register it as the
+    XLA FFI target `uk_lanes` (False, with a line that says why, where that fails)."""
+    out = Path(tempfile.mkdtemp()) / "uk_lanes.so"
+    command = ["g++", "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w",
+               f"-I{jax.ffi.include_dir()}", str(_KERNEL), "-o", str(out)]
+    try:
+        subprocess.run(command, check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as error:
+        print(f"the FFI kernel was not built ({error}); its rows are left out")
+        return False
+    library = ctypes.cdll.LoadLibrary(str(out))
+    jax.ffi.register_ffi_target("uk_lanes", jax.ffi.pycapsule(library.UkLanes), platform="cpu")
+    return True
+
+
+def kernel_solve(d: LaneDynamics, parents: tuple[int, ...]) -> Float[Array, "n B"]:
+    """`lane_solve` as one FFI call (the batch padded to a multiple of the kernel's chunk)."""
+    (n, B), p = d.Q.shape, d.A.shape[0]
+    size = -(-B // _CHUNK) * _CHUNK
+    padded = [jnp.concatenate([x, jnp.repeat(x[..., -1:], size - B, axis=-1)], -1) for x in d]
+    call = jax.ffi.ffi_call("uk_lanes", jax.ShapeDtypeStruct((n, size), d.Q.dtype))
+    floor = np.float64(rank_tolerance(max(p, 1), d.Q.dtype))
+    return call(*padded, jnp.asarray(parents, jnp.int64), floor=floor)[:, :B]
 
 
 def _time(f, *args, repeats=5):
@@ -593,14 +690,69 @@ def _time(f, *args, repeats=5):
         start = time.perf_counter()
         jax.block_until_ready(f(*args))
         best = min(best, time.perf_counter() - start)
-    return out, compile_s, best
+    return out, compile_s - best, best
+
+
+def _rk4_lanes(system, solve, q0, steps):
+    """`steps` RK4 steps of `DT` from rest, every member at once, the batch last, split over the
+    CPU devices (as `simulate_batch` splits it); the last state."""
+    parents = lane_parents(system)
+    mesh = Mesh(np.array(jax.devices()), ("batch",))
+
+    def accel(q, qd):
+        return solve(lane_dynamics(system, 0.0, q, qd), parents)
+
+    def local(q):
+        def step(state, _):
+            q, qd = state
+            k1q, k1v = qd, accel(q, qd)
+            k2q, k2v = qd + DT / 2 * k1v, accel(q + DT / 2 * k1q, qd + DT / 2 * k1v)
+            k3q, k3v = qd + DT / 2 * k2v, accel(q + DT / 2 * k2q, qd + DT / 2 * k2v)
+            k4q, k4v = qd + DT * k3v, accel(q + DT * k3q, qd + DT * k3v)
+            return (q + DT / 6 * (k1q + 2 * k2q + 2 * k3q + k4q), qd + DT / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)), None
+
+        return jax.lax.scan(step, (q, jnp.zeros_like(q)), None, length=steps)[0]
+
+    spec = PartitionSpec(None, "batch")
+    return jax.shard_map(local, mesh=mesh, in_specs=spec, out_specs=(spec, spec), check_vma=False)(q0)
+
+
+def steps_per_second(batch: int, steps: int, kernel: bool):
+    """RK4 steps per second on the gripper and Cassie (`ukjax bench`'s cases, 1 ms): `simulate_batch`
+    (today's route), the lanes with the XLA solve, the lanes with the FFI kernel, MuJoCo's
+    `rollout`; and each lane route's closure after the run."""
+    print(f"\nRK4 at {DT * 1e3:g} ms, {steps} steps, batch {batch}, {len(jax.devices())} devices; steps per second")
+    print(f"{'case':8s} {'simulate_batch':>15s} {'lanes, XLA':>11s} {'lanes, FFI':>11s} {'MuJoCo':>9s}"
+          f" {'FFI/MuJoCo':>10s} {'compile s':>16s}  closure")
+    for name, case in (("gripper", bench.gripper), ("Cassie", bench.cassie)):
+        _, system, q0, xml, qpos, ctrl, violation = case()
+        rates, compiles, closure = {}, [], []
+        rates["simulate_batch"], _, first, _ = bench.run_ukjax(system, q0, batch, steps)
+        compiles.append(first)
+        start = jnp.broadcast_to(jnp.asarray(q0)[:, None], (q0.shape[0], batch))
+        for label, solve in (("XLA", lane_solve), ("FFI", kernel_solve if kernel else None)):
+            if solve is None:
+                continue
+            (q, qd), compile_s, elapsed = _time(lambda q: _rk4_lanes(system, solve, q, steps), start, repeats=1)
+            rates[label] = batch * steps / elapsed
+            compiles.append(compile_s)
+            phi, _ = jax.vmap(lambda q, qd: system.violation(0.0, q, qd))(q.T, qd.T)
+            closure.append(float(jnp.max(jnp.abs(phi))))
+        rates["MuJoCo"], _ = bench.run_mujoco(xml, qpos, ctrl, batch, steps, violation)
+        ffi = rates.get("FFI", np.nan)
+        print(f"{name:8s} {rates['simulate_batch']:15.3g} {rates['XLA']:11.3g} {ffi:11.3g} {rates['MuJoCo']:9.3g}"
+              f" {ffi / rates['MuJoCo']:10.2f} {' / '.join(f'{c:.1f}' for c in compiles):>16s}  "
+              + " / ".join(f"{c:.1e}" for c in closure))
 
 
 def main():
-    jax.config.update("jax_enable_x64", True)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[256, 1024])
+    parser.add_argument("--steps", type=int, default=200, help="RK4 steps of the per-step comparison (0: none)")
     args = parser.parse_args()
+    jax.config.update("jax_num_cpu_devices", bench.CORES)
+    jax.config.update("jax_enable_x64", True)
+    kernel = build_kernel()
     here = Path(__file__).resolve().parent.parent
     files = {"gripper": here / "examples/gripper.xml", "Cassie": here.parent / "shared/robots/cassie.xml"}
     print(f"{'case':8s} {'batch':>5s} {'part':28s} {'lanes µs':>9s} {'vmap µs':>8s} {'lanes s':>8s} {'vmap s':>7s}")
@@ -627,21 +779,35 @@ def main():
                 print(f"{name:8s} {B:5d} {part:28s} {1e6 * lt / B:9.2f} {1e6 * vt / B:8.2f} {lc:8.1f} {vc:7.1f}")
                 return lo, vo
 
-            row("kinematics", _time(lambda q: kinematics(tree, q), q),
-                _time(jax.vmap(tree.kinematics), q.T))
+            # one device: the parts are single programs
+            one = jax.devices()[0]
+            q, qd = jax.device_put(q, one), jax.device_put(qd, one)
+            row("kinematics", _time(lambda q: kinematics(tree, q), q), _time(jax.vmap(tree.kinematics), q.T))
             row("tree M, Q", _time(lambda q, qd: dynamics(tree, q, qd, NORM_GAINS)[:2], q, qd),
                 _time(jax.vmap(lambda q, qd: tree.dynamics(0.0, q, qd)[:2]), q.T, qd.T))
-            d, _ = row("M, Q, rows (rows by vmap)", _time(lambda q, qd: lane_dynamics(system, 0.0, q, qd), q, qd),
+            d, _ = row("M, Q, rows", _time(lambda q, qd: lane_dynamics(system, 0.0, q, qd), q, qd),
                        _time(jax.vmap(lambda q, qd: system.dynamics(0.0, q, qd)[:2]), q.T, qd.T))
-            row("U-K solve", _time(lambda d: lane_solve(d, parents), d),
-                _time(jax.vmap(ukjax.udwadia_kalaba), *(jnp.moveaxis(x, -1, 0) for x in d)))
-            lane, mapped = row(
-                "acceleration",
-                _time(lambda q, qd: lane_solve(lane_dynamics(system, 0.0, q, qd), parents), q, qd),
-                _time(jax.vmap(lambda q, qd: system.acceleration(0.0, q, qd)), q.T, qd.T),
-            )
-            scale = np.max(np.abs(mapped))
-            print(f"{name:8s} {B:5d} agreement: {np.max(np.abs(np.asarray(lane).T - mapped)) / scale:.1e} of max|q̈| {scale:.1e}")
+            mapped = [jnp.moveaxis(x, -1, 0) for x in d]
+            reference = row("U-K solve", _time(lambda d: lane_solve(d, parents), d),
+                            _time(jax.vmap(ukjax.udwadia_kalaba), *mapped))[1]
+            if kernel:
+                out = row("U-K solve, FFI kernel", _time(lambda d: kernel_solve(d, parents), d),
+                          _time(jax.vmap(ukjax.udwadia_kalaba), *mapped))[0]
+                scale = np.max(np.abs(reference))
+                print(f"{name:8s} {B:5d} kernel's agreement: {np.max(np.abs(np.asarray(out).T - reference)) / scale:.1e}")
+            for label, solve in (("acceleration", lane_solve), ("acceleration, FFI kernel", kernel_solve if kernel else None)):
+                if solve is None:
+                    continue
+                lane, mapped = row(
+                    label,
+                    _time(lambda q, qd: solve(lane_dynamics(system, 0.0, q, qd), parents), q, qd),
+                    _time(jax.vmap(lambda q, qd: system.acceleration(0.0, q, qd)), q.T, qd.T),
+                )
+                scale = np.max(np.abs(mapped))
+                print(f"{name:8s} {B:5d} agreement: {np.max(np.abs(np.asarray(lane).T - mapped)) / scale:.1e} of max|q̈| {scale:.1e}")
+    if args.steps:
+        for B in args.batch:
+            steps_per_second(B, args.steps, kernel)
 
 
 if __name__ == "__main__":
