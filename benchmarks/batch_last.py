@@ -1,10 +1,13 @@
 """The batch as the last (minor) axis: a measurement prototype for the speed issue, not library
-code. A rigid-body tree's `M`, `Q` and the quaternions' norm rows for `B` states at once in
-that layout (same formulas and conventions as `ukjax/_robots/joints.py` and `algorithms.py`),
-the other terms of a system (actuators, forces, constraint rows) mapped over the states with
-`vmap` and transposed at the boundary, and the U-K solve on them through `M = Lᵀ D L`
-following the coordinates' elimination tree, by depth levels, and the Gram matrix of
-`W = D^{-1/2} L⁻ᵀ Aᵀ` (normalised rows, pivots at or below `rank_tolerance` dropped).
+code. A rigid-body tree's `M`, `Q`, the quaternions' norm rows and the `connect` rows for `B`
+states at once in that layout (same formulas and conventions as `ukjax/_robots/joints.py`,
+`algorithms.py` and `equalities.py`), the other terms of a system (actuators, other
+constraints) mapped over the states with `vmap` and transposed at the boundary; then the U-K
+solve on them two ways: in XLA (`lane_solve`: `M = Lᵀ D L` following the coordinates'
+elimination tree by depth levels, and the Gram matrix of `W = D^{-1/2} L⁻ᵀ Aᵀ`, rows
+normalised, pivots at or below `rank_tolerance` dropped), and the same algorithm as one XLA FFI
+call (`lanes_kernel/uk_lanes.cc`, compiled here with `g++ -O3 -march=native`; left out
+without a compiler).
 
 Every array is `(count, components…, B)`: products over components written out, sums over
 bodies and coordinates as products with the tree's 0/1 topology matrices (GEMMs), contractions
@@ -13,13 +16,15 @@ over a middle axis as einsums (a broadcast product and a sum was materialized by
 slices or 0/1 products (XLA CPU gathers rows one by one: 34 against 5 µs per member in
 Cassie's factorization).
 
-    python benchmarks/batch_last.py [--batch 256 1024]
+    python benchmarks/batch_last.py [--batch 256 1024] [--steps 200]
 
-Prints, per file and batch, µs per member and compile seconds of each part and of the whole
-acceleration, against `vmap` of `ConstrainedSystem.acceleration` (batch first) in the same run,
-and the largest difference between the two routes' accelerations relative to the largest
-acceleration. Each file's state: its `q0` projected onto the loops plus 1e-3 rad of noise,
-random joint rates.
+Prints, for `ukjax bench`'s gripper and Cassie and each batch: µs per member (best of 5) and
+compile seconds of each part and of the whole acceleration, lanes against `vmap` of the
+single-state route (batch first), on one device, with the largest difference between the
+routes' accelerations relative to the largest; then RK4 steps per second (1 ms, from the
+case's start at rest, the batch split over one CPU device per core) of `simulate_batch`, of the
+lanes with each solve, and of MuJoCo's `rollout` on every core, with each lane route's
+compile time and its loops' closure after the run.
 """
 
 import argparse
@@ -29,7 +34,6 @@ import itertools
 import subprocess
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -41,7 +45,6 @@ from jaxtyping import Array, Float
 
 import ukjax
 from ukjax import _bench as bench
-from ukjax import models
 from ukjax._bench import DT
 from ukjax._constraints import stack_rows
 from ukjax._linalg import rank_tolerance
@@ -644,10 +647,14 @@ def lane_dynamics(system, t, q, qd, motion_out: list | None = None) -> LaneDynam
     raise NotImplementedError(type(system).__name__)
 
 
-def lane_parents(system) -> tuple[int, ...]:
+def _tree(system) -> RigidBodyTree:
     while not isinstance(system, RigidBodyTree):
         system = system.system
-    return structure(system).parents
+    return system
+
+
+def lane_parents(system) -> tuple[int, ...]:
+    return structure(_tree(system)).parents
 
 
 _KERNEL = Path(__file__).resolve().parent / "lanes_kernel" / "uk_lanes.cc"
@@ -693,9 +700,10 @@ def _time(f, *args, repeats=5):
     return out, compile_s - best, best
 
 
-def _rk4_lanes(system, solve, q0, steps):
-    """`steps` RK4 steps of `DT` from rest, every member at once, the batch last, split over the
-    CPU devices (as `simulate_batch` splits it); the last state."""
+def _rk4_lanes(system, solve, q0, steps, chunk):
+    """`steps` RK4 steps of `DT` from rest, the batch last, split over the CPU devices (as
+    `simulate_batch` splits it) and on each into chunks of `chunk` members run one after the
+    other (their arrays then stay in the cache); the last state."""
     parents = lane_parents(system)
     mesh = Mesh(np.array(jax.devices()), ("batch",))
 
@@ -711,17 +719,26 @@ def _rk4_lanes(system, solve, q0, steps):
             k4q, k4v = qd + DT * k3v, accel(q + DT * k3q, qd + DT * k3v)
             return (q + DT / 6 * (k1q + 2 * k2q + 2 * k3q + k4q), qd + DT / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)), None
 
-        return jax.lax.scan(step, (q, jnp.zeros_like(q)), None, length=steps)[0]
+        def run(q):
+            return jax.lax.scan(step, (q, jnp.zeros_like(q)), None, length=steps)[0]
+
+        n, B = q.shape
+        width = min(chunk, B)
+        parts = q.reshape(n, B // width, width).swapaxes(0, 1)
+        return jax.tree.map(lambda x: x.swapaxes(0, 1).reshape(n, B), jax.lax.map(run, parts))
 
     spec = PartitionSpec(None, "batch")
     return jax.shard_map(local, mesh=mesh, in_specs=spec, out_specs=(spec, spec), check_vma=False)(q0)
 
 
-def steps_per_second(batch: int, steps: int, kernel: bool):
+def steps_per_second(batch: int, steps: int, kernel: bool, chunk: int):
     """RK4 steps per second on the gripper and Cassie (`ukjax bench`'s cases, 1 ms): `simulate_batch`
     (today's route), the lanes with the XLA solve, the lanes with the FFI kernel, MuJoCo's
     `rollout`; and each lane route's closure after the run."""
-    print(f"\nRK4 at {DT * 1e3:g} ms, {steps} steps, batch {batch}, {len(jax.devices())} devices; steps per second")
+    print(
+        f"\nRK4 at {DT * 1e3:g} ms, {steps} steps, batch {batch}, {len(jax.devices())} devices, lanes in chunks of "
+        f"{chunk}; steps per second"
+    )
     print(f"{'case':8s} {'simulate_batch':>15s} {'lanes, XLA':>11s} {'lanes, FFI':>11s} {'MuJoCo':>9s}"
           f" {'FFI/MuJoCo':>10s} {'compile s':>16s}  closure")
     for name, case in (("gripper", bench.gripper), ("Cassie", bench.cassie)):
@@ -733,7 +750,7 @@ def steps_per_second(batch: int, steps: int, kernel: bool):
         for label, solve in (("XLA", lane_solve), ("FFI", kernel_solve if kernel else None)):
             if solve is None:
                 continue
-            (q, qd), compile_s, elapsed = _time(lambda q: _rk4_lanes(system, solve, q, steps), start, repeats=1)
+            (q, qd), compile_s, elapsed = _time(lambda q: _rk4_lanes(system, solve, q, steps, chunk), start, repeats=1)
             rates[label] = batch * steps / elapsed
             compiles.append(compile_s)
             phi, _ = jax.vmap(lambda q, qd: system.violation(0.0, q, qd))(q.T, qd.T)
@@ -745,31 +762,28 @@ def steps_per_second(batch: int, steps: int, kernel: bool):
               + " / ".join(f"{c:.1e}" for c in closure))
 
 
+def _dynamics(system, q, qd):
+    """`M`, `Q` and the rows of one state, the single-state route."""
+    d = system.dynamics(0.0, q, qd)
+    return d.M, d.Q, d.levels[-1].rows.A, d.levels[-1].rows.b
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[256, 1024])
     parser.add_argument("--steps", type=int, default=200, help="RK4 steps of the per-step comparison (0: none)")
+    parser.add_argument("--chunk", type=int, default=128, help="lanes per chunk in the per-step comparison")
+    parser.add_argument("--parts", action=argparse.BooleanOptionalAction, default=True, help="the part-by-part table")
     args = parser.parse_args()
     jax.config.update("jax_num_cpu_devices", bench.CORES)
     jax.config.update("jax_enable_x64", True)
     kernel = build_kernel()
-    here = Path(__file__).resolve().parent.parent
-    files = {"gripper": here / "examples/gripper.xml", "Cassie": here.parent / "shared/robots/cassie.xml"}
     print(f"{'case':8s} {'batch':>5s} {'part':28s} {'lanes µs':>9s} {'vmap µs':>8s} {'lanes s':>8s} {'vmap s':>7s}")
-    for name, path in files.items():
-        if not path.exists():
-            print(f"{name}: {path} not found, left out")
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = models.from_mjcf(path)
-        system = model.system
-        if model.actuators is not None:
-            system = model.controlled(lambda t, q, qd: jnp.full(model.actuators.gain.shape[0], 0.3))
-        system = ukjax.ConstrainedSystem(system, model.constraints)
-        tree, parents, n = model.system, lane_parents(system), system.num_coordinates
+    for name, case in (("gripper", bench.gripper), ("Cassie", bench.cassie)) if args.parts else ():
+        _, system, q0, *_ = case()
+        tree, parents, n = _tree(system), lane_parents(system), system.num_coordinates
         rng = np.random.default_rng(0)
-        start = system.project(0.0, model.q0, jnp.zeros(n)).q
+        start = system.project(0.0, q0, jnp.zeros(n)).q
         for B in args.batch:
             q = np.asarray(start)[:, None] + 1e-3 * rng.standard_normal((n, B))
             qd = rng.standard_normal((n, B))
@@ -786,7 +800,7 @@ def main():
             row("tree M, Q", _time(lambda q, qd: dynamics(tree, q, qd, NORM_GAINS)[:2], q, qd),
                 _time(jax.vmap(lambda q, qd: tree.dynamics(0.0, q, qd)[:2]), q.T, qd.T))
             d, _ = row("M, Q, rows", _time(lambda q, qd: lane_dynamics(system, 0.0, q, qd), q, qd),
-                       _time(jax.vmap(lambda q, qd: system.dynamics(0.0, q, qd)[:2]), q.T, qd.T))
+                       _time(jax.vmap(lambda q, qd: _dynamics(system, q, qd)), q.T, qd.T))
             mapped = [jnp.moveaxis(x, -1, 0) for x in d]
             reference = row("U-K solve", _time(lambda d: lane_solve(d, parents), d),
                             _time(jax.vmap(ukjax.udwadia_kalaba), *mapped))[1]
@@ -807,7 +821,7 @@ def main():
                 print(f"{name:8s} {B:5d} agreement: {np.max(np.abs(np.asarray(lane).T - mapped)) / scale:.1e} of max|q̈| {scale:.1e}")
     if args.steps:
         for B in args.batch:
-            steps_per_second(B, args.steps, kernel)
+            steps_per_second(B, args.steps, kernel, args.chunk)
 
 
 if __name__ == "__main__":
