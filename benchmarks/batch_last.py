@@ -658,22 +658,25 @@ def lane_parents(system) -> tuple[int, ...]:
 
 
 _KERNEL = Path(__file__).resolve().parent / "lanes_kernel" / "uk_lanes.cc"
+_TREE_KERNEL = _KERNEL.with_name("uk_tree.cc")
 _CHUNK = 32  # the kernel's lanes per chunk: batches are padded to a multiple
 
 
 def build_kernel() -> bool:
-    """Compile `lanes_kernel/uk_lanes.cc` with the system's C++ compiler and register it as the
-    XLA FFI target `uk_lanes` (False, with a line that says why, where that fails)."""
-    out = Path(tempfile.mkdtemp()) / "uk_lanes.so"
-    command = ["g++", "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w",
-               f"-I{jax.ffi.include_dir()}", str(_KERNEL), "-o", str(out)]
-    try:
-        subprocess.run(command, check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError) as error:
-        print(f"the FFI kernel was not built ({error}); its rows are left out")
-        return False
-    library = ctypes.cdll.LoadLibrary(str(out))
-    jax.ffi.register_ffi_target("uk_lanes", jax.ffi.pycapsule(library.UkLanes), platform="cpu")
+    """Compile `lanes_kernel/uk_lanes.cc` and `uk_tree.cc` with the system's C++ compiler and
+    register them as the XLA FFI targets `uk_lanes` and `uk_tree` (False, with a line that says
+    why, where that fails)."""
+    for source, target, symbol in ((_KERNEL, "uk_lanes", "UkLanes"), (_TREE_KERNEL, "uk_tree", "UkTree")):
+        out = Path(tempfile.mkdtemp()) / f"{target}.so"
+        command = ["g++", "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w",
+                   f"-I{jax.ffi.include_dir()}", str(source), "-o", str(out)]
+        try:
+            subprocess.run(command, check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError) as error:
+            print(f"the FFI kernels were not built ({error}); their rows are left out")
+            return False
+        library = ctypes.cdll.LoadLibrary(str(out))
+        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
     return True
 
 
@@ -685,6 +688,46 @@ def kernel_solve(d: LaneDynamics, parents: tuple[int, ...]) -> Float[Array, "n B
     call = jax.ffi.ffi_call("uk_lanes", jax.ShapeDtypeStruct((n, size), d.Q.dtype))
     floor = np.float64(rank_tolerance(max(p, 1), d.Q.dtype))
     return call(*padded, jnp.asarray(parents, jnp.int64), floor=floor)[:, :B]
+
+
+_KINDS = {"hinge": 0, "slide": 1, "ball": 2, "free": 3}
+
+
+def tree_kernel(system):
+    """The whole acceleration as one FFI call (`lanes_kernel/uk_tree.cc`) for a tree under
+    `connect` constraints alone (`ukjax bench`'s Cassie): a function `(q, qd) -> q̈` of (n, B)
+    states, or None for any other system."""
+    if not (isinstance(system, ukjax.ConstrainedSystem) and isinstance(system.system, RigidBodyTree)):
+        return None
+    tree, connects = system.system, system.constraints
+    if system.stabilization is not None or any(type(c) is not Connect for c in connects) or tree.tendon_names:
+        return None
+    i64 = functools.partial(jnp.asarray, dtype=jnp.int64)
+    structure_arrays = (
+        i64(tree.parents),
+        i64(tree.joint_bodies),
+        i64([_KINDS[kind] for kind in tree.joint_kinds]),
+        i64(tree.joint_coordinates),
+        i64(tree.joint_dofs),
+        i64([[tree.body_index(c.body1), tree.body_index(c.body2)] for c in connects]).reshape(-1, 2),
+    )
+    parameters = (
+        tree.body_positions, tree.body_rotations, tree.masses, tree.coms, tree.inertias, tree.joint_axes,
+        tree.joint_anchors, tree.reference, tree.armature, tree.damping, tree.stiffness, tree.spring_reference,
+        tree.gravity, jnp.stack([jnp.stack([c.anchor1, c.anchor2]) for c in connects]).reshape(-1, 2, 3),
+    )
+    alpha, beta = NORM_GAINS
+    p = len(tree._quaternions()) + 3 * len(connects)
+
+    def acceleration(q, qd):
+        (n, B) = q.shape
+        size = -(-B // _CHUNK) * _CHUNK
+        q, qd = (jnp.concatenate([x, jnp.repeat(x[:, -1:], size - B, axis=1)], 1) for x in (q, qd))
+        call = jax.ffi.ffi_call("uk_tree", jax.ShapeDtypeStruct((n, size), q.dtype))
+        floor = np.float64(rank_tolerance(max(p, 1), q.dtype))
+        return call(*structure_arrays, *parameters, q, qd, alpha=np.float64(alpha), beta=np.float64(beta), floor=floor)[:, :B]
+
+    return acceleration
 
 
 def _time(f, *args, repeats=5):
@@ -700,15 +743,11 @@ def _time(f, *args, repeats=5):
     return out, compile_s - best, best
 
 
-def _rk4_lanes(system, solve, q0, steps, chunk):
+def _rk4_lanes(accel, q0, steps, chunk):
     """`steps` RK4 steps of `DT` from rest, the batch last, split over the CPU devices (as
     `simulate_batch` splits it) and on each into chunks of `chunk` members run one after the
     other (their arrays then stay in the cache); the last state."""
-    parents = lane_parents(system)
     mesh = Mesh(np.array(jax.devices()), ("batch",))
-
-    def accel(q, qd):
-        return solve(lane_dynamics(system, 0.0, q, qd), parents)
 
     def local(q):
         def step(state, _):
@@ -733,33 +772,41 @@ def _rk4_lanes(system, solve, q0, steps, chunk):
 
 def steps_per_second(batch: int, steps: int, kernel: bool, chunk: int):
     """RK4 steps per second on the gripper and Cassie (`ukjax bench`'s cases, 1 ms): `simulate_batch`
-    (today's route), the lanes with the XLA solve, the lanes with the FFI kernel, MuJoCo's
-    `rollout`; and each lane route's closure after the run."""
+    (today's route), the lanes with the XLA solve and with the FFI solve, the whole acceleration as
+    one FFI call (Cassie), MuJoCo's `rollout`; each lane route's compile time and closure."""
     print(
         f"\nRK4 at {DT * 1e3:g} ms, {steps} steps, batch {batch}, {len(jax.devices())} devices, lanes in chunks of "
         f"{chunk}; steps per second"
     )
-    print(f"{'case':8s} {'simulate_batch':>15s} {'lanes, XLA':>11s} {'lanes, FFI':>11s} {'MuJoCo':>9s}"
-          f" {'FFI/MuJoCo':>10s} {'compile s':>16s}  closure")
+    routes = ("simulate_batch", "lanes, XLA", "lanes, FFI", "FFI, whole", "MuJoCo")
+    print(f"{'case':8s} " + " ".join(f"{r:>14s}" for r in routes) + f" {'best/MuJoCo':>11s}  compile s; closure")
     for name, case in (("gripper", bench.gripper), ("Cassie", bench.cassie)):
         _, system, q0, xml, qpos, ctrl, violation = case()
-        rates, compiles, closure = {}, [], []
-        rates["simulate_batch"], _, first, _ = bench.run_ukjax(system, q0, batch, steps)
-        compiles.append(first)
+        parents = lane_parents(system)
+        whole = tree_kernel(system) if kernel else None
+        accelerations = {
+            "lanes, XLA": lambda q, qd: lane_solve(lane_dynamics(system, 0.0, q, qd), parents),
+            "lanes, FFI": (lambda q, qd: kernel_solve(lane_dynamics(system, 0.0, q, qd), parents)) if kernel else None,
+            "FFI, whole": whole,
+        }
+        rates, compiles, closure = {}, {}, {}
+        rates["simulate_batch"], _, compiles["simulate_batch"], _ = bench.run_ukjax(system, q0, batch, steps)
         start = jnp.broadcast_to(jnp.asarray(q0)[:, None], (q0.shape[0], batch))
-        for label, solve in (("XLA", lane_solve), ("FFI", kernel_solve if kernel else None)):
-            if solve is None:
+        for label, accel in accelerations.items():
+            if accel is None:
                 continue
-            (q, qd), compile_s, elapsed = _time(lambda q: _rk4_lanes(system, solve, q, steps, chunk), start, repeats=1)
+            (q, qd), compiles[label], elapsed = _time(
+                lambda q, accel=accel: _rk4_lanes(accel, q, steps, chunk), start, repeats=1
+            )
             rates[label] = batch * steps / elapsed
-            compiles.append(compile_s)
             phi, _ = jax.vmap(lambda q, qd: system.violation(0.0, q, qd))(q.T, qd.T)
-            closure.append(float(jnp.max(jnp.abs(phi))))
+            closure[label] = float(jnp.max(jnp.abs(phi)))
         rates["MuJoCo"], _ = bench.run_mujoco(xml, qpos, ctrl, batch, steps, violation)
-        ffi = rates.get("FFI", np.nan)
-        print(f"{name:8s} {rates['simulate_batch']:15.3g} {rates['XLA']:11.3g} {ffi:11.3g} {rates['MuJoCo']:9.3g}"
-              f" {ffi / rates['MuJoCo']:10.2f} {' / '.join(f'{c:.1f}' for c in compiles):>16s}  "
-              + " / ".join(f"{c:.1e}" for c in closure))
+        best = max(v for k, v in rates.items() if k not in ("MuJoCo", "simulate_batch"))
+        print(
+            f"{name:8s} " + " ".join(f"{rates.get(r, np.nan):14.3g}" for r in routes) + f" {best / rates['MuJoCo']:11.2f}  "
+            + " / ".join(f"{c:.1f}" for c in compiles.values()) + "; " + " / ".join(f"{c:.1e}" for c in closure.values())
+        )
 
 
 def _dynamics(system, q, qd):
@@ -805,16 +852,24 @@ def main():
             reference = row("U-K solve", _time(lambda d: lane_solve(d, parents), d),
                             _time(jax.vmap(ukjax.udwadia_kalaba), *mapped))[1]
             if kernel:
-                out = row("U-K solve, FFI kernel", _time(lambda d: kernel_solve(d, parents), d),
+                out = row("U-K solve, FFI", _time(lambda d: kernel_solve(d, parents), d),
                           _time(jax.vmap(ukjax.udwadia_kalaba), *mapped))[0]
                 scale = np.max(np.abs(reference))
                 print(f"{name:8s} {B:5d} kernel's agreement: {np.max(np.abs(np.asarray(out).T - reference)) / scale:.1e}")
-            for label, solve in (("acceleration", lane_solve), ("acceleration, FFI kernel", kernel_solve if kernel else None)):
-                if solve is None:
+            whole = tree_kernel(system) if kernel else None
+            routes = {
+                "acceleration": lambda q, qd: lane_solve(lane_dynamics(system, 0.0, q, qd), parents),
+                "acceleration, FFI solve": (
+                    (lambda q, qd: kernel_solve(lane_dynamics(system, 0.0, q, qd), parents)) if kernel else None
+                ),
+                "acceleration, one FFI call": whole,
+            }
+            for label, accel in routes.items():
+                if accel is None:
                     continue
                 lane, mapped = row(
                     label,
-                    _time(lambda q, qd: solve(lane_dynamics(system, 0.0, q, qd), parents), q, qd),
+                    _time(accel, q, qd),
                     _time(jax.vmap(lambda q, qd: system.acceleration(0.0, q, qd)), q.T, qd.T),
                 )
                 scale = np.max(np.abs(mapped))

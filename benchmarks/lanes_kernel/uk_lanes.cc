@@ -11,7 +11,7 @@
 
 namespace ffi = xla::ffi;
 
-constexpr int C = 32;  // lanes per chunk (8: 8.9, 16: 6.3, 32: 4.5, 64: 5.0 µs per Cassie solve)
+constexpr int C = 32;  // lanes per chunk (8: 8.9, 16: 6.3, 32: 4.5, 64: 5.0 µs per Cassie solve, first version)
 
 static ffi::Error UkLanesImpl(ffi::Buffer<ffi::F64> M, ffi::Buffer<ffi::F64> Q, ffi::Buffer<ffi::F64> A,
                               ffi::Buffer<ffi::F64> b, ffi::Buffer<ffi::S64> parents, double floor,
@@ -71,13 +71,13 @@ static ffi::Error UkLanesImpl(ffi::Buffer<ffi::F64> M, ffi::Buffer<ffi::F64> Q, 
     for (int k = 0; k < n * C; ++k) x[k] /= D[k];
     solve(x.data());
     if (p) {
+      for (int k = 0; k < n * C; ++k) z[k] = 1.0 / std::sqrt(D[k]);  // D^{-1/2}
       for (int i = 0; i < p; ++i) {
         double* wi = &W[i * n * C];
         for (int k = 0; k < n; ++k)
           for (int l = 0; l < C; ++l) wi[k * C + l] = a[(i * n + k) * B + b0 + l];
         solve_transposed(wi);
-        for (int k = 0; k < n; ++k)
-          for (int l = 0; l < C; ++l) wi[k * C + l] /= std::sqrt(D[k * C + l]);
+        for (int k = 0; k < n * C; ++k) wi[k] *= z[k];
       }
       for (int i = 0; i < p; ++i) {
         for (int l = 0; l < C; ++l) r[i * C + l] = bb[i * B + b0 + l];
@@ -133,13 +133,13 @@ static ffi::Error UkLanesImpl(ffi::Buffer<ffi::F64> M, ffi::Buffer<ffi::F64> Q, 
           for (int l = 0; l < C; ++l) r[i * C + l] -= G[(j * p + i) * C + l] * r[j * C + l];
       for (int i = 0; i < p; ++i)
         for (int l = 0; l < C; ++l) r[i * C + l] = s[i * C + l] > 0 ? r[i * C + l] / s[i * C + l] : 0.0;
-      // q̈ = x + L⁻¹ D^{-1/2} W λ
-      for (int k = 0; k < n * C; ++k) z[k] = 0.0;
-      for (int i = 0; i < p; ++i)
-        for (int k = 0; k < n; ++k)
-          for (int l = 0; l < C; ++l) z[k * C + l] += W[(i * n + k) * C + l] * r[i * C + l];
+      // q̈ = x + L⁻¹ D^{-1/2} W λ (z holds D^{-1/2})
       for (int k = 0; k < n; ++k)
-        for (int l = 0; l < C; ++l) z[k * C + l] /= std::sqrt(D[k * C + l]);
+        for (int l = 0; l < C; ++l) {
+          double sum = 0.0;
+          for (int i = 0; i < p; ++i) sum += W[(i * n + k) * C + l] * r[i * C + l];
+          z[k * C + l] *= sum;
+        }
       solve(z.data());
       for (int k = 0; k < n * C; ++k) x[k] += z[k];
     }
