@@ -6,8 +6,9 @@ constraints) mapped over the states with `vmap` and transposed at the boundary; 
 solve on them two ways: in XLA (`lane_solve`: `M = Lᵀ D L` following the coordinates'
 elimination tree by depth levels, and the Gram matrix of `W = D^{-1/2} L⁻ᵀ Aᵀ`, rows
 normalised, pivots at or below `rank_tolerance` dropped), and the same algorithm as one XLA FFI
-call (`lanes_kernel/uk_lanes.cc`, compiled here with `g++ -O3 -march=native`; left out
-without a compiler).
+call (`lanes_kernel/uk_lanes.cc`). Last, for a tree under `connect` constraints alone (Cassie),
+the whole acceleration as one FFI call (`lanes_kernel/uk_tree.cc`: the terms and the solve).
+Both kernels are compiled here with `g++ -O3 -march=native`, and left out without a compiler.
 
 Every array is `(count, components…, B)`: products over components written out, sums over
 bodies and coordinates as products with the tree's 0/1 topology matrices (GEMMs), contractions
@@ -23,8 +24,8 @@ compile seconds of each part and of the whole acceleration, lanes against `vmap`
 single-state route (batch first), on one device, with the largest difference between the
 routes' accelerations relative to the largest; then RK4 steps per second (1 ms, from the
 case's start at rest, the batch split over one CPU device per core) of `simulate_batch`, of the
-lanes with each solve, and of MuJoCo's `rollout` on every core, with each lane route's
-compile time and its loops' closure after the run.
+lanes with each solve, of the one-call acceleration, and of MuJoCo's `rollout` on every core,
+with each route's compile time and its loops' closure after the run.
 """
 
 import argparse
