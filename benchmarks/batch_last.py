@@ -6,9 +6,9 @@ constraints) mapped over the states with `vmap` and transposed at the boundary; 
 solve on them two ways: in XLA (`lane_solve`: `M = Lᵀ D L` following the coordinates'
 elimination tree by depth levels, and the Gram matrix of `W = D^{-1/2} L⁻ᵀ Aᵀ`, rows
 normalised, pivots at or below `rank_tolerance` dropped), and the same algorithm as one XLA FFI
-call (`lanes_kernel/uk_lanes.cc`). Last, for a tree under `connect` constraints alone (Cassie),
-the whole acceleration as one FFI call (`lanes_kernel/uk_tree.cc`: the terms and the solve).
-Both kernels are compiled here with `g++ -O3 -march=native`, and left out without a compiler.
+call. Last, for a tree under `connect` constraints alone (Cassie), the whole acceleration as
+one FFI call (the terms and the same solve). Both kernels are in `lanes_kernel/uk_kernels.cc`,
+compiled here with `g++ -O3 -march=native`, and left out without a compiler.
 
 Every array is `(count, components…, B)`: products over components written out, sums over
 bodies and coordinates as products with the tree's 0/1 topology matrices (GEMMs), contractions
@@ -658,25 +658,24 @@ def lane_parents(system) -> tuple[int, ...]:
     return structure(_tree(system)).parents
 
 
-_KERNEL = Path(__file__).resolve().parent / "lanes_kernel" / "uk_lanes.cc"
-_TREE_KERNEL = _KERNEL.with_name("uk_tree.cc")
-_CHUNK = 32  # the kernel's lanes per chunk: batches are padded to a multiple
+_KERNELS = Path(__file__).resolve().parent / "lanes_kernel" / "uk_kernels.cc"
+_CHUNK = 32  # the kernels' lanes per chunk: batches are padded to a multiple
 
 
 def build_kernel() -> bool:
-    """Compile `lanes_kernel/uk_lanes.cc` and `uk_tree.cc` with the system's C++ compiler and
-    register them as the XLA FFI targets `uk_lanes` and `uk_tree` (False, with a line that says
-    why, where that fails)."""
-    for source, target, symbol in ((_KERNEL, "uk_lanes", "UkLanes"), (_TREE_KERNEL, "uk_tree", "UkTree")):
-        out = Path(tempfile.mkdtemp()) / f"{target}.so"
-        command = ["g++", "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w",
-                   f"-I{jax.ffi.include_dir()}", str(source), "-o", str(out)]
-        try:
-            subprocess.run(command, check=True, capture_output=True)
-        except (OSError, subprocess.CalledProcessError) as error:
-            print(f"the FFI kernels were not built ({error}); their rows are left out")
-            return False
-        library = ctypes.cdll.LoadLibrary(str(out))
+    """Compile `lanes_kernel/uk_kernels.cc` with the system's C++ compiler and register its two
+    handlers as the XLA FFI targets `uk_lanes` (the solve) and `uk_tree` (the whole acceleration);
+    False, with a line that says why, where that fails."""
+    out = Path(tempfile.mkdtemp()) / "uk_kernels.so"
+    command = ["g++", "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w",
+               f"-I{jax.ffi.include_dir()}", str(_KERNELS), "-o", str(out)]
+    try:
+        subprocess.run(command, check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as error:
+        print(f"the FFI kernels were not built ({error}); their rows are left out")
+        return False
+    library = ctypes.cdll.LoadLibrary(str(out))
+    for target, symbol in (("uk_lanes", "UkLanes"), ("uk_tree", "UkTree")):
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
     return True
 
@@ -695,7 +694,7 @@ _KINDS = {"hinge": 0, "slide": 1, "ball": 2, "free": 3}
 
 
 def tree_kernel(system):
-    """The whole acceleration as one FFI call (`lanes_kernel/uk_tree.cc`) for a tree under
+    """The whole acceleration as one FFI call (`lanes_kernel/uk_kernels.cc`) for a tree under
     `connect` constraints alone (`ukjax bench`'s Cassie): a function `(q, qd) -> q̈` of (n, B)
     states, or None for any other system."""
     if not (isinstance(system, ukjax.ConstrainedSystem) and isinstance(system.system, RigidBodyTree)):

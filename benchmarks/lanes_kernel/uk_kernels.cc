@@ -2,9 +2,10 @@
 // the minor axis: kinematics (hinge, slide, ball and free joints), M by composite bodies, the
 // bias forces by recursive Newton–Euler, joint damping, springs and armature, the quaternions'
 // norm rows folded in as `RigidBodyTree.dynamics` folds them, `connect` rows as
-// `Connect._rows` writes them, then the solve of uk_lanes.cc. The library's formulas, in
-// world-frame spatial vectors; every value is a vector of C lanes. A measurement prototype,
-// not library code (benchmarks/batch_last.py checks it against the library's route).
+// `Connect._rows` writes them, then the U-K solve (`Solver`); and that solve alone for states
+// given as arrays (`UkLanes`). The library's formulas, in world-frame spatial vectors; every
+// value is a vector of C lanes, a loop the compiler vectorizes. A measurement prototype, not
+// library code (benchmarks/batch_last.py checks both against the library's route).
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -13,7 +14,7 @@
 
 namespace ffi = xla::ffi;
 
-constexpr int C = 32;
+constexpr int C = 32;  // lanes per chunk: 8, 16, 32, 64 gave 8.9, 6.3, 4.5, 5.0 µs per Cassie solve
 
 struct L {
   double x[C];
@@ -164,6 +165,105 @@ static void rate_map(const L* u, L E[3][4]) {
   E[2][0] = zero - z, E[2][1] = y, E[2][2] = zero - x, E[2][3] = w;
 }
 
+// The U-K solve of one chunk: `M = Lᵀ D L` following the elimination tree, leaves first
+// (MuJoCo's `mj_factorM`, in place on M's pattern), then the constraint force through the Gram
+// matrix of W = D^{-1/2} L⁻ᵀ Aᵀ, rows normalised, pivots at or below `floor` dropped; q̈ in x.
+struct Solver {
+  int n, p;
+  std::vector<std::vector<int>> anc;  // each coordinate's ancestors in the elimination tree
+  std::vector<L> x, D, z, r, s, inv, W, G;
+
+  Solver(const std::vector<int>& parent, int p)
+      : n(int(parent.size())), p(p), anc(parent.size()), x(n), D(n), z(n), r(p), s(p), inv(p),
+        W((size_t)p * n), G((size_t)p * p) {
+    for (int c = 0; c < n; ++c)
+      for (int a = parent[c]; a >= 0; a = parent[a]) anc[c].push_back(a);
+  }
+
+  // E: M's entries (n × n, row c holding M[c][a] for the ancestors a of c, and the diagonal),
+  // factored in place; Q (n), A (p × n), b (p)
+  void solve(std::vector<L>& E, const std::vector<L>& Q, const std::vector<L>& A, const std::vector<L>& b,
+             double floor) {
+    auto Mx = [&](int i, int j) -> L& { return E[(size_t)i * n + j]; };
+    for (int c = n - 1; c >= 0; --c) {
+      L dk = Mx(c, c);
+      const auto& ac = anc[c];
+      for (size_t ai = 0; ai < ac.size(); ++ai) {
+        int i = ac[ai];
+        L tmp = Mx(c, i) / dk;
+        Mx(i, i) -= tmp * Mx(c, i);
+        for (size_t aj = ai + 1; aj < ac.size(); ++aj) Mx(i, ac[aj]) -= tmp * Mx(c, ac[aj]);
+      }
+      for (int i : ac) Mx(c, i) = Mx(c, i) / dk;
+      D[c] = dk;
+    }
+    auto solve_transposed = [&](L* y) {
+      for (int c = n - 1; c >= 0; --c)
+        for (int i : anc[c]) y[i] -= Mx(c, i) * y[c];
+    };
+    auto solve_L = [&](L* y) {
+      for (int c = 0; c < n; ++c)
+        for (int i : anc[c]) y[c] -= Mx(c, i) * y[i];
+    };
+    for (int c = 0; c < n; ++c) x[c] = Q[c];
+    solve_transposed(x.data());
+    for (int c = 0; c < n; ++c) x[c] = x[c] / D[c];
+    solve_L(x.data());
+    if (!p) return;
+    for (int c = 0; c < n; ++c) z[c] = lanes(1.0) / lsqrt(D[c]);  // D^{-1/2}
+    for (int i = 0; i < p; ++i) {
+      L* wi = &W[(size_t)i * n];
+      for (int c = 0; c < n; ++c) wi[c] = A[(size_t)i * n + c];
+      solve_transposed(wi);
+      for (int c = 0; c < n; ++c) wi[c] = wi[c] * z[c];
+      r[i] = b[i];
+      for (int c = 0; c < n; ++c) r[i] -= A[(size_t)i * n + c] * x[c];
+      for (int j = 0; j <= i; ++j) {
+        L gij = lanes(0.0);
+        for (int c = 0; c < n; ++c) gij += wi[c] * W[(size_t)j * n + c];
+        G[i * p + j] = G[j * p + i] = gij;
+      }
+    }
+    const double tiny = std::pow(10.0 * double(p) * 2.220446049250313e-16, 2);
+    L largest = lanes(0.0);
+    for (int i = 0; i < p; ++i)
+      for (int l = 0; l < C; ++l) largest.x[l] = std::fmax(largest.x[l], G[i * p + i].x[l]);
+    for (int i = 0; i < p; ++i)
+      for (int l = 0; l < C; ++l) {
+        double gi = G[i * p + i].x[l];
+        s[i].x[l] = gi > tiny * largest.x[l] ? std::sqrt(gi) : 0.0;
+        inv[i].x[l] = s[i].x[l] > 0 ? 1.0 / s[i].x[l] : 0.0;  // N⁻¹, zero for a zero row
+      }
+    for (int i = 0; i < p; ++i) {
+      r[i] = r[i] * inv[i];
+      for (int j = 0; j < p; ++j) G[i * p + j] = G[i * p + j] * inv[i] * inv[j];
+    }
+    for (int j = 0; j < p; ++j) {
+      L pivot = G[j * p + j];
+      for (int l = 0; l < C; ++l) inv[j].x[l] = pivot.x[l] > floor ? 1.0 / pivot.x[l] : 0.0;
+      for (int i = p - 1; i > j; --i) {
+        L col = G[i * p + j] * inv[j];
+        for (int m = j + 1; m <= i; ++m) G[i * p + m] -= col * G[m * p + j];
+        G[i * p + j] = col;
+      }
+    }
+    for (int i = 0; i < p; ++i)
+      for (int j = 0; j < i; ++j) r[i] -= G[i * p + j] * r[j];
+    for (int i = 0; i < p; ++i) r[i] = r[i] * inv[i];
+    for (int i = p - 1; i >= 0; --i)
+      for (int j = i + 1; j < p; ++j) r[i] -= G[j * p + i] * r[j];
+    for (int i = 0; i < p; ++i)
+      for (int l = 0; l < C; ++l) r[i].x[l] = s[i].x[l] > 0 ? r[i].x[l] / s[i].x[l] : 0.0;
+    for (int c = 0; c < n; ++c) {
+      L sum = lanes(0.0);
+      for (int i = 0; i < p; ++i) sum += W[(size_t)i * n + c] * r[i];
+      z[c] = sum * z[c];
+    }
+    solve_L(z.data());
+    for (int c = 0; c < n; ++c) x[c] += z[c];
+  }
+};
+
 enum Kind { HINGE = 0, SLIDE = 1, BALL = 2, FREE = 3 };
 
 static ffi::Error UkTreeImpl(
@@ -211,13 +311,12 @@ static ffi::Error UkTreeImpl(
     int i = cbody[c];
     cparent[c] = (c > 0 && cbody[c - 1] == i) ? c - 1 : (par[i] >= 0 ? below[par[i]] : -1);
   }
-  std::vector<std::vector<int>> anc(n);
-  for (int c = 0; c < n; ++c)
-    for (int a = cparent[c]; a >= 0; a = cparent[a]) anc[c].push_back(a);
+  const int p = int(nquat.size()) + 3 * k;
+  Solver solver(cparent, p);
+  const auto& anc = solver.anc;
   // "before" a coordinate: the motion of its body's parent and of its body's earlier joints (a
   // free joint's translations come before its rotation; a quaternion's coordinates are one motion)
   auto group = [&](int c) { return 2 * cjoint[c] + ((jk[cjoint[c]] == FREE && cindex[c] >= 3) ? 1 : 0); };
-  const int p = int(nquat.size()) + 3 * k;
   // per body: the coordinates that move it (its own and its ancestors'); per coordinate: the
   // earlier coordinates of its own body whose motion comes before it
   std::vector<std::vector<int>> moving(b), before_of(n);
@@ -251,8 +350,8 @@ static ffi::Error UkTreeImpl(
   std::vector<V3> pw(b), pl(b), pa(J);
   std::vector<S6> S(n), motion(n), Vb(b), Ab(b);
   std::vector<Inertia> Ib(b), Ic(b);
-  std::vector<L> q(n), qd(n), Qf(n), bvec(p), x(n), D(n), z(n), r(p), s(p), inv(p);
-  std::vector<L> E((size_t)n * n), A((size_t)p * n), W((size_t)p * n), G((size_t)p * p);
+  std::vector<L> q(n), qd(n), Qf(n), bvec(p);
+  std::vector<L> E((size_t)n * n), A((size_t)p * n);
   auto Mx = [&](int i, int j) -> L& { return E[(size_t)i * n + j]; };
 
   for (int64_t b0 = 0; b0 < B; b0 += C) {
@@ -455,86 +554,55 @@ static ffi::Error UkTreeImpl(
       V3 rhs = mtv(R1, bb);
       for (int u = 0; u < 3; ++u) bvec[nquat.size() + 3 * e + u] = lanes(0.0) - rhs.v[u];
     }
-    // the solve (uk_lanes.cc's): M = Lᵀ D L leaves first, then the Gram route
-    for (int c = n - 1; c >= 0; --c) {
-      L dk = Mx(c, c);
-      const auto& ac = anc[c];
-      for (size_t ai = 0; ai < ac.size(); ++ai) {
-        int i = ac[ai];
-        L tmp = Mx(c, i) / dk;
-        Mx(i, i) -= tmp * Mx(c, i);
-        for (size_t aj = ai + 1; aj < ac.size(); ++aj) Mx(i, ac[aj]) -= tmp * Mx(c, ac[aj]);
-      }
-      for (int i : ac) Mx(c, i) = Mx(c, i) / dk;
-      D[c] = dk;
-    }
-    auto solve_transposed = [&](L* y) {
-      for (int c = int(n) - 1; c >= 0; --c)
-        for (int i : anc[c]) y[i] -= Mx(c, i) * y[c];
-    };
-    auto solve = [&](L* y) {
-      for (int c = 0; c < n; ++c)
-        for (int i : anc[c]) y[c] -= Mx(c, i) * y[i];
-    };
-    for (int c = 0; c < n; ++c) x[c] = Qf[c];
-    solve_transposed(x.data());
-    for (int c = 0; c < n; ++c) x[c] = x[c] / D[c];
-    solve(x.data());
-    for (int c = 0; c < n; ++c) z[c] = lanes(1.0) / lsqrt(D[c]);  // D^{-1/2}
-    for (int i = 0; i < p; ++i) {
-      L* wi = &W[(size_t)i * n];
-      for (int c = 0; c < n; ++c) wi[c] = A[(size_t)i * n + c];
-      solve_transposed(wi);
-      for (int c = 0; c < n; ++c) wi[c] = wi[c] * z[c];
-      r[i] = bvec[i];
-      for (int c = 0; c < n; ++c) r[i] -= A[(size_t)i * n + c] * x[c];
-      for (int j = 0; j <= i; ++j) {
-        L gij = lanes(0.0);
-        for (int c = 0; c < n; ++c) gij += wi[c] * W[(size_t)j * n + c];
-        G[i * p + j] = G[j * p + i] = gij;
-      }
-    }
-    const double tiny = std::pow(10.0 * double(p) * 2.220446049250313e-16, 2);
-    L largest = lanes(0.0);
-    for (int i = 0; i < p; ++i)
-      for (int l = 0; l < C; ++l) largest.x[l] = std::fmax(largest.x[l], G[i * p + i].x[l]);
-    for (int i = 0; i < p; ++i)
-      for (int l = 0; l < C; ++l) {
-        double gi = G[i * p + i].x[l];
-        s[i].x[l] = gi > tiny * largest.x[l] ? std::sqrt(gi) : 0.0;
-        inv[i].x[l] = s[i].x[l] > 0 ? 1.0 / s[i].x[l] : 0.0;  // N⁻¹, zero for a zero row
-      }
-    for (int i = 0; i < p; ++i) {
-      r[i] = r[i] * inv[i];
-      for (int j = 0; j < p; ++j) G[i * p + j] = G[i * p + j] * inv[i] * inv[j];
-    }
-    for (int j = 0; j < p; ++j) {
-      L pivot = G[j * p + j];
-      for (int l = 0; l < C; ++l) inv[j].x[l] = pivot.x[l] > floor ? 1.0 / pivot.x[l] : 0.0;
-      for (int i = p - 1; i > j; --i) {
-        L col = G[i * p + j] * inv[j];
-        for (int m = j + 1; m <= i; ++m) G[i * p + m] -= col * G[m * p + j];
-        G[i * p + j] = col;
-      }
-    }
-    for (int i = 0; i < p; ++i)
-      for (int j = 0; j < i; ++j) r[i] -= G[i * p + j] * r[j];
-    for (int i = 0; i < p; ++i) r[i] = r[i] * inv[i];
-    for (int i = p - 1; i >= 0; --i)
-      for (int j = i + 1; j < p; ++j) r[i] -= G[j * p + i] * r[j];
-    for (int i = 0; i < p; ++i)
-      for (int l = 0; l < C; ++l) r[i].x[l] = s[i].x[l] > 0 ? r[i].x[l] / s[i].x[l] : 0.0;
-    for (int c = 0; c < n; ++c) {
-      L sum = lanes(0.0);
-      for (int i = 0; i < p; ++i) sum += W[(size_t)i * n + c] * r[i];
-      z[c] = sum * z[c];
-    }
-    solve(z.data());
+    solver.solve(E, Qf, A, bvec, floor);
     for (int c = 0; c < n; ++c)
-      for (int l = 0; l < C; ++l) qacc[c * B + b0 + l] = x[c].x[l] + z[c].x[l];
+      for (int l = 0; l < C; ++l) qacc[c * B + b0 + l] = solver.x[c].x[l];
   }
   return ffi::Error::Success();
 }
+
+// The solve alone for `B` states given as arrays, the batch last: M (n, n, B) of which the tree's
+// pattern is read, Q (n, B), A (p, n, B), b (p, B), and M's elimination tree `parents` (n).
+static ffi::Error UkLanesImpl(ffi::Buffer<ffi::F64> M, ffi::Buffer<ffi::F64> Q, ffi::Buffer<ffi::F64> A,
+                              ffi::Buffer<ffi::F64> b, ffi::Buffer<ffi::S64> parents, double floor,
+                              ffi::ResultBuffer<ffi::F64> out) {
+  const auto dims = A.dimensions();
+  const int p = int(dims[0]), n = int(dims[1]);
+  const int64_t B = dims[2];
+  if (B % C) return ffi::Error::InvalidArgument("the batch must be a multiple of 32");
+  const double *m = M.typed_data(), *q = Q.typed_data(), *a = A.typed_data(), *bb = b.typed_data();
+  std::vector<int> parent(parents.typed_data(), parents.typed_data() + n);
+  Solver solver(parent, p);
+  std::vector<L> E((size_t)n * n), Qc(n), Ac((size_t)p * n), bc(p);
+  auto load = [&](L& to, const double* from, int64_t b0) {
+    for (int l = 0; l < C; ++l) to.x[l] = from[b0 + l];
+  };
+  for (int64_t b0 = 0; b0 < B; b0 += C) {
+    for (int c = 0; c < n; ++c) {
+      load(E[(size_t)c * n + c], m + (c * n + c) * B, b0);
+      for (int i : solver.anc[c]) load(E[(size_t)c * n + i], m + (c * n + i) * B, b0);
+      load(Qc[c], q + c * B, b0);
+    }
+    for (int i = 0; i < p; ++i) {
+      load(bc[i], bb + i * B, b0);
+      for (int c = 0; c < n; ++c) load(Ac[(size_t)i * n + c], a + (i * n + c) * B, b0);
+    }
+    solver.solve(E, Qc, Ac, bc, floor);
+    for (int c = 0; c < n; ++c)
+      for (int l = 0; l < C; ++l) out->typed_data()[c * B + b0 + l] = solver.x[c].x[l];
+  }
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UkLanes, UkLanesImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::S64>>()
+                                  .Attr<double>("floor")
+                                  .Ret<ffi::Buffer<ffi::F64>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTree, UkTreeImpl,
                               ffi::Ffi::Bind()
