@@ -48,7 +48,7 @@ import ukjax
 from ukjax import _bench as bench
 from ukjax._bench import DT
 from ukjax._constraints import stack_rows
-from ukjax._linalg import rank_tolerance
+from ukjax._linalg import negligible, rank_tolerance
 from ukjax._robots.actuators import Actuated
 from ukjax._robots.equalities import Connect
 from ukjax._robots.joints import SIZES, topology, topology_of
@@ -169,14 +169,16 @@ def _solve(lv: _Levels, L, x):
     return x
 
 
-def _gram_solve(G: Float[Array, "p p B"], r: Float[Array, "p B"]) -> Float[Array, "p B"]:
-    """A solution of `G λ = r` for a positive semi-definite `G`, by `LDLᵀ` of the normalised
-    `Ĝ = N⁻¹ G N⁻¹` (`N` the square roots of the diagonal) with the pivots at or below
-    `rank_tolerance` left out: the minimum-norm `Aᵀλ` when the rows are consistent."""
+def _gram_solve(G: Float[Array, "p p B"], r: Float[Array, "p B"], n: int) -> Float[Array, "p B"]:
+    """A solution of `G λ = r` for the positive semi-definite Gram matrix `G` of `p` rows of
+    length `n`, by `LDLᵀ` of the normalised `Ĝ = N⁻¹ G N⁻¹` (`N` the square roots of the
+    diagonal, the rows' norms: those below `negligible` of the longest count as zero) with the
+    pivots at or below `rank_tolerance` left out: the minimum-norm `Aᵀλ` when the rows are
+    consistent."""
     p = G.shape[0]
     diagonal = jnp.stack([G[i, i] for i in range(p)])
     largest = jnp.max(diagonal, axis=0)
-    nonzero = diagonal > (10 * p * jnp.finfo(G.dtype).eps) ** 2 * largest
+    nonzero = diagonal > negligible(p, n, G.dtype) ** 2 * largest
     scale = jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, diagonal, 1.0)), 1.0)
     G = jnp.where(nonzero[:, None] & nonzero[None], G / (scale[:, None] * scale[None]), 0.0)
     floor = rank_tolerance(p, G.dtype)
@@ -227,7 +229,7 @@ def lane_solve(d: LaneDynamics, parents: tuple[int, ...]) -> Float[Array, "n B"]
     # member for Cassie's Gram)
     W = jnp.concatenate(_solve_transposed(lv, L, split(jnp.swapaxes(A, 0, 1)))) * root[:, None]
     G = jnp.einsum("niB,njB->ijB", W, W)
-    lam = _gram_solve(G, d.b - jnp.einsum("pnB,nB->pB", A, x))
+    lam = _gram_solve(G, d.b - jnp.einsum("pnB,nB->pB", A, x), A.shape[1])
     z = jnp.einsum("npB,pB->nB", W, lam) * root
     return (x + jnp.concatenate(_solve(lv, L, split(z))))[lv.inverse]
 
@@ -687,7 +689,8 @@ def kernel_solve(d: LaneDynamics, parents: tuple[int, ...]) -> Float[Array, "n B
     padded = [jnp.concatenate([x, jnp.repeat(x[..., -1:], size - B, axis=-1)], -1) for x in d]
     call = jax.ffi.ffi_call("uk_lanes", jax.ShapeDtypeStruct((n, size), d.Q.dtype))
     floor = np.float64(rank_tolerance(max(p, 1), d.Q.dtype))
-    return call(*padded, jnp.asarray(parents, jnp.int64), floor=floor)[:, :B]
+    zero_row = np.float64(negligible(p, n, d.Q.dtype) ** 2)
+    return call(*padded, jnp.asarray(parents, jnp.int64), floor=floor, zero_row=zero_row)[:, :B]
 
 
 _KINDS = {"hinge": 0, "slide": 1, "ball": 2, "free": 3}
@@ -725,7 +728,10 @@ def tree_kernel(system):
         q, qd = (jnp.concatenate([x, jnp.repeat(x[:, -1:], size - B, axis=1)], 1) for x in (q, qd))
         call = jax.ffi.ffi_call("uk_tree", jax.ShapeDtypeStruct((n, size), q.dtype))
         floor = np.float64(rank_tolerance(max(p, 1), q.dtype))
-        return call(*structure_arrays, *parameters, q, qd, alpha=np.float64(alpha), beta=np.float64(beta), floor=floor)[:, :B]
+        zero_row = np.float64(negligible(p, n, q.dtype) ** 2)
+        return call(
+            *structure_arrays, *parameters, q, qd, alpha=np.float64(alpha), beta=np.float64(beta), floor=floor, zero_row=zero_row
+        )[:, :B]
 
     return acceleration
 

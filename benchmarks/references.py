@@ -1,7 +1,9 @@
 """Independent references, shared by the tests and the benchmarks: the closed forms the source
-papers print, transcribed as printed, the same mechanisms built in Pinocchio, and closed chains
-integrated on MuJoCo's own functions with their loops held by a KKT solve."""
+papers print, transcribed as printed, the same mechanisms built in Pinocchio, closed chains
+integrated on MuJoCo's own functions with their loops held by a KKT solve, and the U-K solve at
+40 digits."""
 
+import mpmath as mp
 import mujoco
 import numpy as np
 import pinocchio as pin
@@ -192,3 +194,28 @@ def mujoco_kkt_flow(mjm, ctrl=0.0):
         return np.concatenate([rate, mujoco_kkt_acceleration(mjm, d, qpos, qvel)])
 
     return flow
+
+
+def high_precision_acceleration(M, Q, A, b, cut=1e-10):
+    """The U-K acceleration of double-precision `M, Q, A, b` taken as exact, at 40 digits:
+    `B = A L⁻ᵀ` from `M = L Lᵀ`, its SVD, and `B`'s directions at or below `cut` times its
+    largest singular value left out.
+
+    **Returns:**
+
+    `(sigma, qdd, uncut)`: the singular values relative to the largest, the acceleration, and
+    the acceleration with no direction left out (round-off inverted too).
+    """
+    with mp.workdps(40):
+        M, Q, A, b = (mp.matrix(np.asarray(x).tolist()) for x in (M, Q, A, b))
+        L = mp.cholesky(M)
+        a = mp.cholesky_solve(M, Q)
+        U, S, V = mp.svd_r((mp.inverse(L) * A.T).T)
+        e = b - A * a
+        sigma = np.array([float(s / S[0]) for s in S])
+
+        def solve(kept):
+            z = sum((((U[:, i].T * e)[0] / S[i]) * V[i, :].T for i in kept), mp.matrix(M.rows, 1))
+            return np.array((a + mp.lu_solve(L.T, z)).tolist(), dtype=float)[:, 0]
+
+        return sigma, solve(np.flatnonzero(sigma > cut).tolist()), solve(range(len(S)))

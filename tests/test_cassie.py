@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import ukjax
-from benchmarks.references import mujoco_kkt_acceleration
+from benchmarks.references import high_precision_acceleration, mujoco_kkt_acceleration
 from ukjax import models
 
 CASSIE = Path(__file__).parent.parent.parent / "shared" / "robots" / "cassie.xml"
@@ -96,6 +96,14 @@ def mujoco_kkt_rk4(mjm, qpos, qvel, steps):
     return qpos
 
 
+@eqx.filter_jit  # one program for the tests below: the open tree's terms, the closed loops'
+# acceleration and the dynamics it is solved from
+def terms(closed, q, qd):
+    tree = closed.system
+    open_terms = tree.mass_matrix(0.0, q), tree.forces(0.0, q, qd), tree.acceleration(0.0, q, qd)
+    return *open_terms, closed.acceleration(0.0, q, qd), closed.dynamics(0.0, q, qd)
+
+
 def test_dynamics_against_mujocos_own_functions(model):
     """The keyframe loads through `state_from_mujoco` and is projected onto the loops; at a
     random state with a spinning pelvis and ball joints, the open tree's `M`, forces and `qacc`
@@ -108,7 +116,9 @@ def test_dynamics_against_mujocos_own_functions(model):
     d = mujoco.MjData(open_tree)
     rng = np.random.default_rng(3)
     qpos = open_tree.key_qpos[0].copy()
-    for a in [3] + [int(open_tree.jnt_qposadr[j]) for j in range(open_tree.njnt) if open_tree.jnt_type[j] == 1]:
+    for a in [3] + [
+        int(open_tree.jnt_qposadr[j]) for j in range(open_tree.njnt) if open_tree.jnt_type[j] == 1
+    ]:
         u = qpos[a : a + 4] + 0.3 * rng.normal(size=4)
         qpos[a : a + 4] = u / np.linalg.norm(u)
     qvel = rng.normal(size=open_tree.nv)
@@ -124,17 +134,13 @@ def test_dynamics_against_mujocos_own_functions(model):
     M = np.zeros((open_tree.nv, open_tree.nv))
     mujoco.mj_fullM(open_tree, d, M)
     G = np.asarray(tree.velocity_map(q))
-    np.testing.assert_allclose(model.actuators.forces(tree, q, qd, jnp.asarray(ctrl)), G.T @ d.qfrc_actuator, atol=1e-12)
+    np.testing.assert_allclose(
+        model.actuators.forces(tree, q, qd, jnp.asarray(ctrl)), G.T @ d.qfrc_actuator, atol=1e-12
+    )
     d.ctrl[:] = 0.0
     mujoco.mj_forward(open_tree, d)
     closed = ukjax.ConstrainedSystem(tree, model.constraints)
-
-    @eqx.filter_jit  # one program: the open tree's terms and the closed loops' acceleration
-    def terms(closed, q, qd):
-        tree = closed.system
-        return tree.mass_matrix(0.0, q), tree.forces(0.0, q, qd), tree.acceleration(0.0, q, qd), closed.acceleration(0.0, q, qd)
-
-    Mq, Qq, qdd, _ = terms(closed, q, qd)
+    Mq, Qq, qdd, _, _ = terms(closed, q, qd)
     np.testing.assert_allclose(Mq, G.T @ M @ G, atol=1e-12)
     np.testing.assert_allclose(Qq, G.T @ (d.qfrc_passive - d.qfrc_bias), atol=1e-10)
     np.testing.assert_allclose(G @ qdd, d.qacc, rtol=1e-8, atol=1e-8)
@@ -154,7 +160,36 @@ def test_dynamics_against_mujocos_own_functions(model):
     expected = mujoco_kkt_acceleration(loops, d, qpos, qvel)
     q, qd = model.state_from_mujoco(qpos, qvel)
     G = np.asarray(tree.velocity_map(q))
-    np.testing.assert_allclose(G @ terms(closed, q, qd)[3], expected, rtol=1e-6, atol=1e-6 * np.max(np.abs(expected)))
+    np.testing.assert_allclose(
+        G @ terms(closed, q, qd)[3], expected, rtol=1e-6, atol=1e-6 * np.max(np.abs(expected))
+    )
+
+
+def test_rank_decisions_near_qpos0_against_a_40_digit_solve(model):
+    """Near MuJoCo's `qpos0` (off the loops, joints turned by ~0.3 rad) Cassie's loop rows are
+    dependent (each plantar-rod loop is planar: a combination of its three rows vanishes), so
+    that the answer depends on where the solve cuts. The 40-digit SVD of `B = A L⁻ᵀ` from the
+    same double-precision `M, Q, A, b` shows a gap of more than ten orders between the rows'
+    singular values and round-off; the acceleration with every cut-off inside it is the
+    reference, which ukjax's meets to 1e-10. Inverting the round-off as well (no cut) moves
+    `q̈` by more than 1e-3 of its size: the decision matters here, and ukjax makes it where
+    exact arithmetic on the same data does."""
+    mjm = mujoco_model(equality=True)
+    closed = ukjax.ConstrainedSystem(model.system, model.constraints)
+    rng = np.random.default_rng(4)
+    for _ in range(2):
+        qpos = mjm.qpos0 + 0.3 * rng.normal(size=mjm.nq)
+        for a in [3] + [int(mjm.jnt_qposadr[j]) for j in range(mjm.njnt) if mjm.jnt_type[j] == 1]:
+            qpos[a : a + 4] /= np.linalg.norm(qpos[a : a + 4])
+        q, qd = model.state_from_mujoco(qpos, 0.5 * rng.normal(size=mjm.nv))
+        *_, qdd, d = terms(closed, q, qd)
+        (level,) = d.levels
+        sigma, reference, uncut = high_precision_acceleration(d.M, d.Q, level.rows.A, level.rows.b)
+        kept = sigma > 1e-10
+        assert sigma[kept].min() > 1e-5 and sigma[~kept].max() < 1e-15  # no cut-off is borderline
+        scale = np.max(np.abs(reference))
+        assert np.max(np.abs(uncut - reference)) > 1e-3 * scale
+        np.testing.assert_allclose(qdd, reference, rtol=0, atol=1e-10 * scale)
 
 
 def test_open_tree_moves_as_mujocos_rk4(model):
@@ -181,7 +216,9 @@ def test_open_tree_moves_as_mujocos_rk4(model):
 def undamped(model):
     """The loops closed, the joints' damping off (so that energy is conserved)."""
     tree = model.system
-    return ukjax.ConstrainedSystem(eqx.tree_at(lambda t: t.damping, tree, 0 * tree.damping), model.constraints)
+    return ukjax.ConstrainedSystem(
+        eqx.tree_at(lambda t: t.damping, tree, 0 * tree.damping), model.constraints
+    )
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +283,10 @@ def test_forward_mode_derivatives_in_inertial_parameters(model, starts):
         edited = eqx.tree_at(
             lambda t: (t.masses, t.inertias),
             tree,
-            (tree.masses.at[shin].add(delta[0]), tree.inertias.at[rod].add(delta[1] * jnp.diag(jnp.array([0.0, 1.0, 1.0])))),
+            (
+                tree.masses.at[shin].add(delta[0]),
+                tree.inertias.at[rod].add(delta[1] * jnp.diag(jnp.array([0.0, 1.0, 1.0]))),
+            ),
         )
         system = ukjax.ConstrainedSystem(edited, model.constraints)
         fixed = dict(solver=ukjax.RK4(), adaptive=False, dt0=H, max_steps=800, adjoint=diffrax.ForwardMode())
@@ -259,7 +299,9 @@ def test_forward_mode_derivatives_in_inertial_parameters(model, starts):
     e, h = jnp.eye(2), jnp.array([1e-4, 1e-5])[:, None]
     # one batch, one program: the tangents at 0 and the values at ±h for the differences
     deltas = jnp.concatenate([0 * e, h * e, -h * e])
-    values, tangents = jax.jit(jax.vmap(lambda d, t: jax.jvp(foot_position, (d,), (t,))))(deltas, jnp.tile(e, (3, 1)))
+    values, tangents = jax.jit(jax.vmap(lambda d, t: jax.jvp(foot_position, (d,), (t,))))(
+        deltas, jnp.tile(e, (3, 1))
+    )
     differences = (values[2:4] - values[4:6]) / (2 * h)
     assert bool(jnp.all(jnp.linalg.norm(differences, axis=1) > 1e-4))
     relative = jnp.linalg.norm(tangents[:2] - differences, axis=1) / jnp.linalg.norm(differences, axis=1)

@@ -41,6 +41,14 @@ _WELL_CONDITIONED = 1e-2
 
 
 
+def negligible(p: int, n: int, dtype) -> float:
+    """`jnp.linalg.pinv`'s relative cut-off for a `(p, n)` matrix, the one rank decision of
+    every route: a row shorter than this times the longest counts as zero, and a direction
+    whose singular value is below this times the largest as dependent. Round-off leaves an
+    exactly dependent direction at a few `ε` of the largest, whatever the machine."""
+    return 10 * max(p, n) * float(jnp.finfo(dtype).eps)
+
+
 def rank_tolerance(p: int, dtype) -> float:
     """Smallest admissible squared pivot of the row-normalised Gram matrix `B̂ B̂ᵀ` for the
     `method="cholesky"` route.
@@ -190,7 +198,7 @@ def gram_factor(
 ) -> GramFactor:
     """The Cholesky factor of `B`'s row-normalised Gram matrix.
 
-    Rows shorter than `jnp.linalg.pinv`'s cutoff relative to the longest row count as zero:
+    Rows shorter than `negligible` relative to the longest row count as zero:
     normalising a row at round-off scale would otherwise invert it in full. No intermediate
     is non-finite for finite `B`.
 
@@ -211,7 +219,7 @@ def gram_factor(
     """
     p, n = B.shape
     norms = jnp.sqrt(jnp.sum(B * B, axis=1))
-    cutoff = 10 * max(p, n) * jnp.finfo(B.dtype).eps * jnp.max(norms)
+    cutoff = negligible(p, n, B.dtype) * jnp.max(norms)
     nonzero = norms > cutoff
     norms = jnp.where(nonzero, norms, 1)
     unit = jnp.where(nonzero[:, None], B, 0) / norms[:, None]
@@ -231,11 +239,12 @@ def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array
     `B Bᵀ`, keeps the accuracy of an SVD (the condition number is not squared).
 
     Returns `W` (p, n) (rows wᵢ), `V` (p, p) (rows vᵢ) and `σ⁻²` (p,), zero at and below
-    `jnp.linalg.pinv`'s cutoff. A member with `skip` set costs no sweep: under `vmap` the loop
+    `negligible`. A member with `skip` set costs no sweep: under `vmap` the loop
     runs only while some member of the batch is unfinished.
     """
     p, n = B.shape
     eps = jnp.finfo(B.dtype).eps
+    cut = negligible(p, n, B.dtype) ** 2
     # A sweep in p − 1 rounds of p/2 disjoint pairs (the circle method of a round-robin
     # tournament, p padded to even with a zero row, which no rotation touches), each round
     # rotated at once: a sweep of 22 rows is 21 vectorized steps instead of 231 scalar ones.
@@ -244,11 +253,11 @@ def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array
     # a gather per round ran the 7 rows of the gripper 5x slower under vmap.
     m = p + p % 2
     half = m // 2
-    # Columns shorter than the final cutoff (below) relative to the longest column of `B`,
+    # Columns shorter than the final cut-off (`cut`) relative to the longest column of `B`,
     # which is at most the largest singular value, end as zeros: they are not rotated. Their
     # cosines with the others are round-off, which never falls below eps, and a rank-deficient
     # `B` swept the full `_MAX_SWEEPS` (Cassie standing, 35 columns of rank 23: 5.3 ms).
-    negligible = (10 * max(p, n) * eps) ** 2 * jnp.max(jnp.sum(B * B, axis=1))
+    shortest = cut * jnp.max(jnp.sum(B * B, axis=1))
 
     def rotate_round(_, carry):
         xv, worst = carry
@@ -256,7 +265,7 @@ def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array
         alpha, beta = jnp.sum(x[:, :n] ** 2, axis=1), jnp.sum(y[:, :n] ** 2, axis=1)
         gamma = jnp.sum(x[:, :n] * y[:, :n], axis=1)
         off = jnp.abs(gamma) / jnp.where(alpha * beta > 0, jnp.sqrt(alpha * beta), 1)
-        off = jnp.where((alpha > negligible) & (beta > negligible), off, 0.0)
+        off = jnp.where((alpha > shortest) & (beta > shortest), off, 0.0)
         rotate = off > eps
         zeta = (beta - alpha) / (2 * jnp.where(rotate, gamma, 1))
         t = jnp.where(zeta >= 0, 1.0, -1.0) / (jnp.abs(zeta) + jnp.hypot(1.0, zeta))
@@ -283,8 +292,7 @@ def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array
     xv, _, _ = jax.lax.while_loop(unfinished, sweep, start)
     w, v = xv[:p, :n], xv[:p, n:]
     sigma2 = jnp.sum(w * w, axis=1)
-    cutoff = (10 * max(p, n) * eps) ** 2 * jnp.max(sigma2)
-    return w, v, jnp.where(sigma2 > cutoff, 1 / jnp.where(sigma2 > 0, sigma2, 1), 0)
+    return w, v, jnp.where(sigma2 > cut * jnp.max(sigma2), 1 / jnp.where(sigma2 > 0, sigma2, 1), 0)
 
 
 def _operator(B: Float[Array, "p n"], robust: bool, unroll: bool | None = None):

@@ -167,7 +167,8 @@ static void rate_map(const L* u, L E[3][4]) {
 
 // The U-K solve of one chunk: `M = Lᵀ D L` following the elimination tree, leaves first
 // (MuJoCo's `mj_factorM`, in place on M's pattern), then the constraint force through the Gram
-// matrix of W = D^{-1/2} L⁻ᵀ Aᵀ, rows normalised, pivots at or below `floor` dropped; q̈ in x.
+// matrix of W = D^{-1/2} L⁻ᵀ Aᵀ: rows whose squared norm is at or below `zero_row` times the largest
+// left out, the others normalised, pivots at or below `floor` dropped; q̈ in x.
 struct Solver {
   int n, p;
   std::vector<std::vector<int>> anc;  // each coordinate's ancestors in the elimination tree
@@ -183,7 +184,7 @@ struct Solver {
   // E: M's entries (n × n, row c holding M[c][a] for the ancestors a of c, and the diagonal),
   // factored in place; Q (n), A (p × n), b (p)
   void solve(std::vector<L>& E, const std::vector<L>& Q, const std::vector<L>& A, const std::vector<L>& b,
-             double floor) {
+             double floor, double zero_row) {
     auto Mx = [&](int i, int j) -> L& { return E[(size_t)i * n + j]; };
     for (int c = n - 1; c >= 0; --c) {
       L dk = Mx(c, c);
@@ -224,14 +225,13 @@ struct Solver {
         G[i * p + j] = G[j * p + i] = gij;
       }
     }
-    const double tiny = std::pow(10.0 * double(p) * 2.220446049250313e-16, 2);
     L largest = lanes(0.0);
     for (int i = 0; i < p; ++i)
       for (int l = 0; l < C; ++l) largest.x[l] = std::fmax(largest.x[l], G[i * p + i].x[l]);
     for (int i = 0; i < p; ++i)
       for (int l = 0; l < C; ++l) {
         double gi = G[i * p + i].x[l];
-        s[i].x[l] = gi > tiny * largest.x[l] ? std::sqrt(gi) : 0.0;
+        s[i].x[l] = gi > zero_row * largest.x[l] ? std::sqrt(gi) : 0.0;
         inv[i].x[l] = s[i].x[l] > 0 ? 1.0 / s[i].x[l] : 0.0;  // N⁻¹, zero for a zero row
       }
     for (int i = 0; i < p; ++i) {
@@ -278,7 +278,7 @@ static ffi::Error UkTreeImpl(
     ffi::Buffer<ffi::F64> stiffness, ffi::Buffer<ffi::F64> spring_ref, ffi::Buffer<ffi::F64> gravity,
     ffi::Buffer<ffi::F64> connect_anchors,
     // the states (n, B)
-    ffi::Buffer<ffi::F64> Qpos, ffi::Buffer<ffi::F64> Qvel, double alpha, double beta, double floor,
+    ffi::Buffer<ffi::F64> Qpos, ffi::Buffer<ffi::F64> Qvel, double alpha, double beta, double floor, double zero_row,
     ffi::ResultBuffer<ffi::F64> out) {
   const int b = int(parents.dimensions()[0]);
   const int J = int(joint_body.dimensions()[0]);
@@ -554,7 +554,7 @@ static ffi::Error UkTreeImpl(
       V3 rhs = mtv(R1, bb);
       for (int u = 0; u < 3; ++u) bvec[nquat.size() + 3 * e + u] = lanes(0.0) - rhs.v[u];
     }
-    solver.solve(E, Qf, A, bvec, floor);
+    solver.solve(E, Qf, A, bvec, floor, zero_row);
     for (int c = 0; c < n; ++c)
       for (int l = 0; l < C; ++l) qacc[c * B + b0 + l] = solver.x[c].x[l];
   }
@@ -564,7 +564,7 @@ static ffi::Error UkTreeImpl(
 // The solve alone for `B` states given as arrays, the batch last: M (n, n, B) of which the tree's
 // pattern is read, Q (n, B), A (p, n, B), b (p, B), and M's elimination tree `parents` (n).
 static ffi::Error UkLanesImpl(ffi::Buffer<ffi::F64> M, ffi::Buffer<ffi::F64> Q, ffi::Buffer<ffi::F64> A,
-                              ffi::Buffer<ffi::F64> b, ffi::Buffer<ffi::S64> parents, double floor,
+                              ffi::Buffer<ffi::F64> b, ffi::Buffer<ffi::S64> parents, double floor, double zero_row,
                               ffi::ResultBuffer<ffi::F64> out) {
   const auto dims = A.dimensions();
   const int p = int(dims[0]), n = int(dims[1]);
@@ -587,7 +587,7 @@ static ffi::Error UkLanesImpl(ffi::Buffer<ffi::F64> M, ffi::Buffer<ffi::F64> Q, 
       load(bc[i], bb + i * B, b0);
       for (int c = 0; c < n; ++c) load(Ac[(size_t)i * n + c], a + (i * n + c) * B, b0);
     }
-    solver.solve(E, Qc, Ac, bc, floor);
+    solver.solve(E, Qc, Ac, bc, floor, zero_row);
     for (int c = 0; c < n; ++c)
       for (int l = 0; l < C; ++l) out->typed_data()[c * B + b0 + l] = solver.x[c].x[l];
   }
@@ -602,6 +602,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UkLanes, UkLanesImpl,
                                   .Arg<ffi::Buffer<ffi::F64>>()
                                   .Arg<ffi::Buffer<ffi::S64>>()
                                   .Attr<double>("floor")
+                                  .Attr<double>("zero_row")
                                   .Ret<ffi::Buffer<ffi::F64>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTree, UkTreeImpl,
@@ -631,4 +632,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTree, UkTreeImpl,
                                   .Attr<double>("alpha")
                                   .Attr<double>("beta")
                                   .Attr<double>("floor")
+                                  .Attr<double>("zero_row")
                                   .Ret<ffi::Buffer<ffi::F64>>());
