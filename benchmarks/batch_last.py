@@ -17,15 +17,16 @@ over a middle axis as einsums (a broadcast product and a sum was materialized by
 slices or 0/1 products (XLA CPU gathers rows one by one: 34 against 5 µs per member in
 Cassie's factorization).
 
-    python benchmarks/batch_last.py [--batch 256 1024] [--steps 200]
+    python benchmarks/batch_last.py [--batch 256 1024] [--steps 200] [--cases ...] [--no-parts]
 
 Prints, for `ukjax bench`'s gripper and Cassie and each batch: µs per member (best of 5) and
 compile seconds of each part and of the whole acceleration, lanes against `vmap` of the
 single-state route (batch first), on one device, with the largest difference between the
-routes' accelerations relative to the largest; then RK4 steps per second (1 ms, from the
-case's start at rest, the batch split over one CPU device per core) of `simulate_batch`, of the
-lanes with each solve, of the one-call acceleration, and of MuJoCo's `rollout` on every core,
-with each route's compile time and its loops' closure after the run.
+routes' accelerations relative to the largest; then RK4 steps per second (best of 3) on the
+four-bar, the coordinated robots, the gripper and Cassie (1 ms, from the case's start at rest,
+the batch split over one CPU device per core) of `simulate_batch`, of the lanes with each solve,
+of the one-call acceleration, and of MuJoCo's `rollout` on every core, with each route's compile
+time and its loops' closure after the run.
 """
 
 import argparse
@@ -35,6 +36,7 @@ import itertools
 import subprocess
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -45,7 +47,7 @@ from jax.sharding import Mesh, PartitionSpec
 from jaxtyping import Array, Float
 
 import ukjax
-from ukjax import _bench as bench
+from ukjax import _bench as bench, models
 from ukjax._bench import DT
 from ukjax._constraints import stack_rows
 from ukjax._linalg import negligible, rank_tolerance
@@ -664,10 +666,11 @@ _KERNELS = Path(__file__).resolve().parent / "lanes_kernel" / "uk_kernels.cc"
 _CHUNK = 32  # the kernels' lanes per chunk: batches are padded to a multiple
 
 
+@functools.cache
 def build_kernel() -> bool:
     """Compile `lanes_kernel/uk_kernels.cc` with the system's C++ compiler and register its two
-    handlers as the XLA FFI targets `uk_lanes` (the solve) and `uk_tree` (the whole acceleration);
-    False, with a line that says why, where that fails."""
+    handlers as the XLA FFI targets `uk_lanes` (the solve) and `uk_tree` (the whole acceleration),
+    once per process; False, with a line that says why, where that fails."""
     out = Path(tempfile.mkdtemp()) / "uk_kernels.so"
     command = ["g++", "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w",
                f"-I{jax.ffi.include_dir()}", str(_KERNELS), "-o", str(out)]
@@ -736,6 +739,24 @@ def tree_kernel(system):
     return acceleration
 
 
+def fastest(system):
+    """The fastest lane route for `system`, a function `(q, qd) -> q̈` of (n, B) states: the one
+    FFI call for a tree under `connect` constraints alone, else the lanes with the FFI solve,
+    None where neither applies or the kernels are not built."""
+    if not build_kernel():
+        return None
+    whole = tree_kernel(system)
+    if whole is not None:
+        return whole
+    state = jax.ShapeDtypeStruct((system.num_coordinates, 1), jnp.float64)
+    try:
+        jax.eval_shape(lambda q: lane_dynamics(system, 0.0, q, q), state)
+    except NotImplementedError:
+        return None
+    parents = lane_parents(system)
+    return lambda q, qd: kernel_solve(lane_dynamics(system, 0.0, q, qd), parents)
+
+
 def _time(f, *args, repeats=5):
     f = jax.jit(f)
     start = time.perf_counter()
@@ -749,45 +770,93 @@ def _time(f, *args, repeats=5):
     return out, compile_s - best, best
 
 
-def _rk4_lanes(accel, q0, steps, chunk):
-    """`steps` RK4 steps of `DT` from rest, the batch last, split over the CPU devices (as
-    `simulate_batch` splits it) and on each into chunks of `chunk` members run one after the
-    other (their arrays then stay in the cache); the last state."""
+def rk4_lanes(accel, q0, qd0, h: float, saves: int, every: int, chunk: int):
+    """RK4 steps of `h` from `(q0, qd0)`, (n, B) each, the batch last, split over the CPU devices
+    (as `simulate_batch` splits it) and on each into chunks of `chunk` members run one after the
+    other (their arrays then stay in the cache).
+
+    **Returns:**
+
+    `(q, qd)`: `q` at the start and after every `every` steps, `saves` times, shape
+    (saves + 1, n, B), and the last `qd` (n, B).
+    """
     mesh = Mesh(np.array(jax.devices()), ("batch",))
 
-    def local(q):
+    def local(q, qd):
         def step(state, _):
             q, qd = state
             k1q, k1v = qd, accel(q, qd)
-            k2q, k2v = qd + DT / 2 * k1v, accel(q + DT / 2 * k1q, qd + DT / 2 * k1v)
-            k3q, k3v = qd + DT / 2 * k2v, accel(q + DT / 2 * k2q, qd + DT / 2 * k2v)
-            k4q, k4v = qd + DT * k3v, accel(q + DT * k3q, qd + DT * k3v)
-            return (q + DT / 6 * (k1q + 2 * k2q + 2 * k3q + k4q), qd + DT / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)), None
+            k2q, k2v = qd + h / 2 * k1v, accel(q + h / 2 * k1q, qd + h / 2 * k1v)
+            k3q, k3v = qd + h / 2 * k2v, accel(q + h / 2 * k2q, qd + h / 2 * k2v)
+            k4q, k4v = qd + h * k3v, accel(q + h * k3q, qd + h * k3v)
+            return (q + h / 6 * (k1q + 2 * k2q + 2 * k3q + k4q), qd + h / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)), None
 
-        def run(q):
-            return jax.lax.scan(step, (q, jnp.zeros_like(q)), None, length=steps)[0]
+        def save(state, _):
+            state = jax.lax.scan(step, state, None, length=every)[0]
+            return state, state[0]
+
+        def run(part):
+            (_, qd), qs = jax.lax.scan(save, part, None, length=saves)
+            return jnp.concatenate([part[0][None], qs]), qd
 
         n, B = q.shape
         width = min(chunk, B)
-        parts = q.reshape(n, B // width, width).swapaxes(0, 1)
-        return jax.tree.map(lambda x: x.swapaxes(0, 1).reshape(n, B), jax.lax.map(run, parts))
+        parts = tuple(x.reshape(n, B // width, width).swapaxes(0, 1) for x in (q, qd))
+        qs, qd = jax.lax.map(run, parts)
+        return qs.transpose(1, 2, 0, 3).reshape(saves + 1, n, B), qd.swapaxes(0, 1).reshape(n, B)
 
     spec = PartitionSpec(None, "batch")
-    return jax.shard_map(local, mesh=mesh, in_specs=spec, out_specs=(spec, spec), check_vma=False)(q0)
+    return jax.shard_map(
+        local, mesh=mesh, in_specs=(spec, spec), out_specs=(PartitionSpec(None, None, "batch"), spec), check_vma=False
+    )(q0, qd0)
 
 
-def steps_per_second(batch: int, steps: int, kernel: bool, chunk: int):
-    """RK4 steps per second on the gripper and Cassie (`ukjax bench`'s cases, 1 ms): `simulate_batch`
-    (today's route), the lanes with the XLA solve and with the FFI solve, the whole acceleration as
-    one FFI call (Cassie), MuJoCo's `rollout`; each lane route's compile time and closure."""
+def fourbar():
+    """`examples/fourbar.xml` read by both, from rest at its `swinging` keyframe's angles, its
+    motor off: a case as `ukjax bench`'s."""
+    import mujoco
+
+    path = ukjax.examples.path("fourbar.xml")
+    m = models.from_mjcf(path, keyframe="swinging")
+    xml = path.read_text().replace(
+        '<option gravity="0 0 -9.81">', f'<option gravity="0 0 -9.81" timestep="{DT}" integrator="RK4">'
+    )
+    violation = bench._equality_violation(mujoco.MjModel.from_xml_string(xml))
+    system = ukjax.ConstrainedSystem(m.system, m.constraints)
+    return "four-bar, one MJCF file", system, m.q0, xml, np.asarray(m.q0), np.zeros(1), violation
+
+
+def coordinated():
+    """`ukjax bench`'s coordinated robots with ukjax reading MuJoCo's file too (a tree of five
+    hinges and a `connect` to the world), so that the lanes apply."""
+    _, _, _, xml, qpos, ctrl, violation = bench.coordinated()
+    path = Path(tempfile.mkdtemp()) / "coordinated.xml"
+    path.write_text(xml)
+    m = models.from_mjcf(path)
+    q0, _ = m.state_from_mujoco(qpos, np.zeros_like(qpos))
+    system = ukjax.ConstrainedSystem(m.system, m.constraints)
+    return "coordinated robots, one MJCF file", system, q0, xml, qpos, ctrl, violation
+
+
+CASES = {"four-bar": fourbar, "coordinated": coordinated, "gripper": bench.gripper, "Cassie": bench.cassie}
+
+
+def steps_per_second(batch: int, steps: int, kernel: bool, chunk: int, cases: list[str]):
+    """RK4 steps per second on `CASES` (1 ms, from rest): `simulate_batch` (today's route), the
+    lanes with the XLA solve and with the FFI solve, the whole acceleration as one FFI call (a
+    tree under `connect` constraints alone), MuJoCo's `rollout`; each lane route's compile time
+    and closure."""
     print(
         f"\nRK4 at {DT * 1e3:g} ms, {steps} steps, batch {batch}, {len(jax.devices())} devices, lanes in chunks of "
         f"{chunk}; steps per second"
     )
     routes = ("simulate_batch", "lanes, XLA", "lanes, FFI", "FFI, whole", "MuJoCo")
-    print(f"{'case':8s} " + " ".join(f"{r:>14s}" for r in routes) + f" {'best/MuJoCo':>11s}  compile s; closure")
-    for name, case in (("gripper", bench.gripper), ("Cassie", bench.cassie)):
-        _, system, q0, xml, qpos, ctrl, violation = case()
+    print(f"{'case':11s} " + " ".join(f"{r:>14s}" for r in routes) + f" {'best/MuJoCo':>11s}  compile s; closure")
+    for name in cases:
+        case = CASES[name]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # limits named, keyframes projected
+            _, system, q0, xml, qpos, ctrl, violation = case()
         parents = lane_parents(system)
         whole = tree_kernel(system) if kernel else None
         accelerations = {
@@ -796,21 +865,24 @@ def steps_per_second(batch: int, steps: int, kernel: bool, chunk: int):
             "FFI, whole": whole,
         }
         rates, compiles, closure = {}, {}, {}
-        rates["simulate_batch"], _, compiles["simulate_batch"], _ = bench.run_ukjax(system, q0, batch, steps)
+        # best of 3 for every route: the two cores are shared
+        runs = [bench.run_ukjax(system, q0, batch, steps) for _ in range(3)]
+        rates["simulate_batch"], compiles["simulate_batch"] = max(r[0] for r in runs), runs[0][2]
         start = jnp.broadcast_to(jnp.asarray(q0)[:, None], (q0.shape[0], batch))
         for label, accel in accelerations.items():
             if accel is None:
                 continue
             (q, qd), compiles[label], elapsed = _time(
-                lambda q, accel=accel: _rk4_lanes(accel, q, steps, chunk), start, repeats=1
+                lambda q, accel=accel: rk4_lanes(accel, q, jnp.zeros_like(q), DT, 1, steps, chunk), start, repeats=3
             )
+            q = q[-1]
             rates[label] = batch * steps / elapsed
             phi, _ = jax.vmap(lambda q, qd: system.violation(0.0, q, qd))(q.T, qd.T)
             closure[label] = float(jnp.max(jnp.abs(phi)))
-        rates["MuJoCo"], _ = bench.run_mujoco(xml, qpos, ctrl, batch, steps, violation)
+        rates["MuJoCo"] = max(bench.run_mujoco(xml, qpos, ctrl, batch, steps, violation)[0] for _ in range(3))
         best = max(v for k, v in rates.items() if k not in ("MuJoCo", "simulate_batch"))
         print(
-            f"{name:8s} " + " ".join(f"{rates.get(r, np.nan):14.3g}" for r in routes) + f" {best / rates['MuJoCo']:11.2f}  "
+            f"{name:11s} " + " ".join(f"{rates.get(r, np.nan):14.3g}" for r in routes) + f" {best / rates['MuJoCo']:11.2f}  "
             + " / ".join(f"{c:.1f}" for c in compiles.values()) + "; " + " / ".join(f"{c:.1e}" for c in closure.values())
         )
 
@@ -826,6 +898,7 @@ def main():
     parser.add_argument("--batch", type=int, nargs="+", default=[256, 1024])
     parser.add_argument("--steps", type=int, default=200, help="RK4 steps of the per-step comparison (0: none)")
     parser.add_argument("--chunk", type=int, default=128, help="lanes per chunk in the per-step comparison")
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES), help="the per-step comparison's")
     parser.add_argument("--parts", action=argparse.BooleanOptionalAction, default=True, help="the part-by-part table")
     args = parser.parse_args()
     jax.config.update("jax_num_cpu_devices", bench.CORES)
@@ -879,7 +952,7 @@ def main():
                 print(f"{name:8s} {B:5d} agreement: {np.max(np.abs(np.asarray(lane).T - mapped)) / scale:.1e} of max|q̈| {scale:.1e}")
     if args.steps:
         for B in args.batch:
-            steps_per_second(B, args.steps, kernel, args.chunk)
+            steps_per_second(B, args.steps, kernel, args.chunk, args.cases)
 
 
 if __name__ == "__main__":
