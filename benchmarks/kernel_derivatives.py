@@ -54,7 +54,10 @@ def final_state(acceleration, system, q0, steps):
         k2q, k2v = qd + h / 2 * k1v, acceleration(system, q + h / 2 * k1q, qd + h / 2 * k1v)
         k3q, k3v = qd + h / 2 * k2v, acceleration(system, q + h / 2 * k2q, qd + h / 2 * k2v)
         k4q, k4v = qd + h * k3v, acceleration(system, q + h * k3q, qd + h * k3v)
-        return (q + h / 6 * (k1q + 2 * k2q + 2 * k3q + k4q), qd + h / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)), None
+        return (
+            q + h / 6 * (k1q + 2 * k2q + 2 * k3q + k4q),
+            qd + h / 6 * (k1v + 2 * k2v + 2 * k3v + k4v),
+        ), None
 
     return jax.lax.scan(step, (q0, jnp.zeros_like(q0)), None, length=steps)[0][0]
 
@@ -88,7 +91,9 @@ def main():
     rng = np.random.default_rng(0)
     # members apart: the keyframe with its joints turned by up to 0.01 rad
     start = jnp.asarray(np.asarray(q0)[:, None] + 0.01 * rng.uniform(-1, 1, (n, B)))
-    start = jax.jit(jax.vmap(lambda q: system.project(0.0, q, jnp.zeros_like(q)).q, in_axes=1, out_axes=1))(start)
+    start = jax.jit(jax.vmap(lambda q: system.project(0.0, q, jnp.zeros_like(q)).q, in_axes=1, out_axes=1))(
+        start
+    )
     direction = jnp.asarray(rng.uniform(0.5, 1.5, tree.masses.shape)) * tree.masses
     weights = jnp.asarray(rng.normal(size=(n, B)))
 
@@ -96,7 +101,10 @@ def main():
         edited = eqx.tree_at(lambda s: s.system.masses, system, masses)
         return final_state(acceleration, edited, start, args.steps)
 
-    print(f"Cassie, RK4 at {bench.DT * 1e3:g} ms, {args.steps} steps, batch {B}, one device; seconds per call / compile")
+    print(
+        f"Cassie, RK4 at {bench.DT * 1e3:g} ms, {args.steps} steps, batch {B}, one device; "
+        "seconds per call / compile"
+    )
     results = {}
     for name, acceleration in (("library", library_acceleration), ("kernel", kernel_acceleration)):
         primal = jax.jit(lambda m, a=acceleration: final(a, m))
