@@ -19,7 +19,9 @@ Cassie's factorization).
 
     python benchmarks/batch_last.py [--batch 256 1024] [--steps 200] [--cases ...] [--no-parts]
 
-Prints, for `ukjax bench`'s gripper and Cassie and each batch: µs per member (best of 5) and
+Prints first the cost of mapping the one-call acceleration over single states with `jax.vmap`
+(`single_state`: a batching rule that transposes at the boundary) on Cassie; then, for `ukjax
+bench`'s gripper and Cassie and each batch: µs per member (best of 5) and
 compile seconds of each part and of the whole acceleration, lanes against `vmap` of the
 single-state route (batch first), on one device, with the largest difference between the
 routes' accelerations relative to the largest; then RK4 steps per second (best of 3) on the
@@ -739,6 +741,40 @@ def tree_kernel(system):
     return acceleration
 
 
+def single_state(acceleration):
+    """`acceleration` of (n, B) states as a function of one state `(q, qd)`, (n,) each, which
+    `jax.vmap` maps by a transposition at the boundary (a batching rule): the batch goes to the
+    last axis, the kernel runs once on all of it, the result comes back batch first."""
+
+    @jax.custom_batching.custom_vmap
+    def one(q, qd):
+        return acceleration(q[:, None], qd[:, None])[:, 0]
+
+    @one.def_vmap
+    def _(size, batched, q, qd):
+        q, qd = (x if b else jnp.broadcast_to(x, (size, *x.shape)) for x, b in zip((q, qd), batched))
+        return acceleration(q.T, qd.T).T, True
+
+    return one
+
+
+def boundary(batches: list[int]):
+    """µs per member of Cassie's one-call acceleration given the batch last, and mapped over
+    single states with `jax.vmap` through `single_state`'s batching rule (batch first)."""
+    _, system, q0, *_ = bench.cassie()
+    whole, n = tree_kernel(system), system.num_coordinates
+    single = single_state(whole)
+    rng = np.random.default_rng(0)
+    print(f"\nCassie's one FFI call, µs per member: {'batch':>5s} {'batch last':>11s} {'vmap, batch first':>18s}")
+    for B in batches:
+        q = jnp.asarray(np.asarray(q0)[:, None] + 1e-3 * rng.standard_normal((n, B)))
+        qd = jnp.asarray(rng.standard_normal((n, B)))
+        last, _, t_last = _time(whole, q, qd)
+        first, _, t_first = _time(jax.vmap(single), q.T, qd.T)
+        assert np.array_equal(np.asarray(last), np.asarray(first).T)
+        print(f"{'':37s} {B:5d} {1e6 * t_last / B:11.2f} {1e6 * t_first / B:18.2f}")
+
+
 def fastest(system):
     """The fastest lane route for `system`, a function `(q, qd) -> q̈` of (n, B) states: the one
     FFI call for a tree under `connect` constraints alone, else the lanes with the FFI solve,
@@ -904,6 +940,10 @@ def main():
     jax.config.update("jax_num_cpu_devices", bench.CORES)
     jax.config.update("jax_enable_x64", True)
     kernel = build_kernel()
+    if kernel:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # limits named, keyframe projected
+            boundary(args.batch)
     print(f"{'case':8s} {'batch':>5s} {'part':28s} {'lanes µs':>9s} {'vmap µs':>8s} {'lanes s':>8s} {'vmap s':>7s}")
     for name, case in (("gripper", bench.gripper), ("Cassie", bench.cassie)) if args.parts else ():
         _, system, q0, *_ = case()
