@@ -20,3 +20,15 @@ jax.config.update("jax_enable_x64", True)
 # at about the same peak memory (1.33 GB against 1.30). The tests' processes only; ukjax leaves
 # the interpreter as it is.
 gc.set_threshold(50_000, 10, 10)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "long: a test of many seconds, started before the short ones")
+
+
+def pytest_collection_modifyitems(items):
+    """Tests marked `long` first. xdist hands out the tests in this order (after the
+    `xdist_group`s, which it sends first), topping a worker up whenever it has two or fewer
+    left: with long tests at the end, one worker ran them while the other had nothing left
+    (worker loads 325 against 292 s). Each kind keeps its order."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)

@@ -67,6 +67,7 @@ def test_a_planar_chain_batch_overlaid(tmp_path):
         assert links.shape == (4, 2) and gaps.shape == (0, 2)
 
 
+@pytest.mark.long
 def test_a_composed_system_draws_its_parts(tmp_path):
     """The parallel-robot paper's robot: three floating two-link chains composed, bases fixed and
     ends joined by point constraints; every chain's joints and every gap drawn."""

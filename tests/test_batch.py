@@ -79,6 +79,7 @@ SHARDED = textwrap.dedent(
 )
 
 
+@pytest.mark.long
 def test_sharded_over_four_cpu_devices_equals_vmap():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, JAX_NUM_CPU_DEVICES="4", JAX_PLATFORMS="cpu", PYTHONPATH=root)
@@ -119,6 +120,7 @@ DISTRIBUTED = textwrap.dedent(
 )
 
 
+@pytest.mark.long
 def test_two_processes_under_jax_distributed():
     import socket
 
@@ -152,6 +154,7 @@ def test_two_processes_under_jax_distributed():
         np.testing.assert_allclose(held["q"], ref[np.array(held["rows"])], rtol=0, atol=1e-12)
 
 
+@pytest.mark.long
 def test_large_batch_with_degenerate_rows():
     """A spherical pendulum held in a plane, written with a zero row (a planar loop written in
     3D), a duplicated row and a nearly dependent one: a batch of 4096 on one device moves as

@@ -14,6 +14,7 @@ import ukjax
 from ukjax._cli import main
 
 
+@pytest.mark.long
 def test_scara_main_job(tmp_path, capsys):
     out = tmp_path / "scara.png"
     main(["--no-cache", "scara", "--t1", "2", "--saves", "21", "--batch", "4", "--out", str(out)])
@@ -26,6 +27,7 @@ def test_scara_main_job(tmp_path, capsys):
     assert Image.open(out.with_suffix(".gif")).n_frames == 21  # the stabilized run, every save
 
 
+@pytest.mark.long
 def test_coordinated_control_demo(tmp_path, capsys):
     out = tmp_path / "coordinated.png"
     main(["--no-cache", "coordinated", "--t1", "0.5", "--saves", "11", "--quiet", "--out", str(out)])
@@ -36,6 +38,7 @@ def test_coordinated_control_demo(tmp_path, capsys):
     assert Image.open(out.with_suffix(".gif")).n_frames == 11
 
 
+@pytest.mark.long
 def test_fit_demo(tmp_path, capsys):
     out = tmp_path / "fit.png"
     main(["--no-cache", "fit", "--horizon", "0.5", "--closed-horizon", "0.25", "--quiet", "--out", str(out)])

@@ -28,6 +28,7 @@ def constrained_arm(lengths, masses, inertias, alpha, beta):
     return ukjax.ConstrainedSystem(forced, line, ukjax.Baumgarte(alpha, beta))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("jac", ["fwd", "bwd"])
 def test_gradients_match_finite_differences(jac):
     """d loss / d (a mass, a length, an inertia, α, β) through a constrained simulation, both
@@ -61,6 +62,7 @@ def test_open_chain_recovered_exactly():
     assert result["error"] < 1e-6 and result["rank"] == result["parameters"] == 4
 
 
+@pytest.mark.long
 def test_multiple_shooting_recovers_where_single_shooting_fails():
     assert identify.open_chain(3.0, 1, amplitude=6.0, max_steps=30)["error"] > 0.1
     result = identify.open_chain(3.0, 6, amplitude=6.0)
@@ -96,6 +98,7 @@ def test_undetermined_direction_is_named_and_warned():
         )
 
 
+@pytest.mark.long
 def test_inverse_dynamics_fit_agrees_with_regressor_least_squares():
     result = identify.inverse_dynamics(1.0)
     assert result["rank"] < result["parameters"]
@@ -238,6 +241,7 @@ def test_wrong_differentiation_mode_is_explained():
     np.testing.assert_allclose(res.model.x, [0.5 / np.cos(1.0)], rtol=1e-7)
 
 
+@pytest.mark.long
 def test_several_experiments_fitted_together():
     """Two starts at once: the batched residuals are the single ones stacked, zero at the
     truth, and the fit recovers the parameters from both."""
@@ -284,6 +288,7 @@ def test_fit_never_returns_a_non_finite_model_as_success():
     assert np.all(np.isfinite(res.losses)) and res.losses[-1] == 5.0
 
 
+@pytest.mark.long
 def test_tuning_from_a_consistent_start():
     """A spherical pendulum held in a plane, started on its rod (Φ = 0 exactly: the derivative
     of ‖Φ‖ there was NaN, and so were the gains), with per-row starting gains tuned to one pair

@@ -134,6 +134,7 @@ def test_gradients_match_finite_differences():
         assert abs(grad[i]) > 1e-4
 
 
+@pytest.mark.long
 def test_gradient_equal_masses_double_pendulum():
     def final(m1):
         M = jnp.diag(jnp.array([m1, m1, 1.0, 1.0]))  # at m1 = 1 all four eigenvalues coincide
@@ -154,6 +155,7 @@ def test_gradient_equal_masses_double_pendulum():
     np.testing.assert_allclose(g, fd, rtol=1e-5)
 
 
+@pytest.mark.long
 def test_batch_keeps_good_members_and_marks_bad_ones():
     csys = pendulum(stabilization=ukjax.Baumgarte(2.0, 25.0))
     q0s = jnp.array([[0.6, -0.8], [jnp.nan, -1.0], [-0.8, -0.6]])
