@@ -806,6 +806,16 @@ def _time(f, *args, repeats=5):
     return out, compile_s - best, best
 
 
+def rk4_step(accel, h: float, state):
+    """One classical Runge–Kutta step of `h` of `q̈ = accel(q, q̇)` from `state = (q, q̇)`."""
+    q, qd = state
+    k1q, k1v = qd, accel(q, qd)
+    k2q, k2v = qd + h / 2 * k1v, accel(q + h / 2 * k1q, qd + h / 2 * k1v)
+    k3q, k3v = qd + h / 2 * k2v, accel(q + h / 2 * k2q, qd + h / 2 * k2v)
+    k4q, k4v = qd + h * k3v, accel(q + h * k3q, qd + h * k3v)
+    return q + h / 6 * (k1q + 2 * k2q + 2 * k3q + k4q), qd + h / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)
+
+
 def rk4_lanes(accel, q0, qd0, h: float, saves: int, every: int, chunk: int):
     """RK4 steps of `h` from `(q0, qd0)`, (n, B) each, the batch last, split over the CPU devices
     (as `simulate_batch` splits it) and on each into chunks of `chunk` members run one after the
@@ -819,16 +829,8 @@ def rk4_lanes(accel, q0, qd0, h: float, saves: int, every: int, chunk: int):
     mesh = Mesh(np.array(jax.devices()), ("batch",))
 
     def local(q, qd):
-        def step(state, _):
-            q, qd = state
-            k1q, k1v = qd, accel(q, qd)
-            k2q, k2v = qd + h / 2 * k1v, accel(q + h / 2 * k1q, qd + h / 2 * k1v)
-            k3q, k3v = qd + h / 2 * k2v, accel(q + h / 2 * k2q, qd + h / 2 * k2v)
-            k4q, k4v = qd + h * k3v, accel(q + h * k3q, qd + h * k3v)
-            return (q + h / 6 * (k1q + 2 * k2q + 2 * k3q + k4q), qd + h / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)), None
-
         def save(state, _):
-            state = jax.lax.scan(step, state, None, length=every)[0]
+            state = jax.lax.scan(lambda state, _: (rk4_step(accel, h, state), None), state, None, length=every)[0]
             return state, state[0]
 
         def run(part):

@@ -46,18 +46,9 @@ def _kernel_acceleration_jvp(primals, tangents):
 
 def final_state(acceleration, system, q0, steps):
     """`q` after `steps` RK4 steps of `bench.DT` from `(q0, 0)`, (n, B) states."""
-    h = bench.DT
 
     def step(state, _):
-        q, qd = state
-        k1q, k1v = qd, acceleration(system, q, qd)
-        k2q, k2v = qd + h / 2 * k1v, acceleration(system, q + h / 2 * k1q, qd + h / 2 * k1v)
-        k3q, k3v = qd + h / 2 * k2v, acceleration(system, q + h / 2 * k2q, qd + h / 2 * k2v)
-        k4q, k4v = qd + h * k3v, acceleration(system, q + h * k3q, qd + h * k3v)
-        return (
-            q + h / 6 * (k1q + 2 * k2q + 2 * k3q + k4q),
-            qd + h / 6 * (k1v + 2 * k2v + 2 * k3v + k4v),
-        ), None
+        return batch_last.rk4_step(lambda q, qd: acceleration(system, q, qd), bench.DT, state), None
 
     return jax.lax.scan(step, (q0, jnp.zeros_like(q0)), None, length=steps)[0][0]
 

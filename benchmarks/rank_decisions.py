@@ -36,19 +36,19 @@ from ukjax._core import uk_solve
 
 
 def cassie_file(hinges: bool) -> str:
-    xml = CASSIE.read_text()
-    if hinges:
-        axes = (("x", "1 0 0"), ("y", "0 1 0"), ("z", "0 0 1"))
-        xml = re.sub(
-            r'<joint name="([\w-]+)" type="ball" damping="0.01"/>',
-            lambda m: "".join(
-                f'<joint name="{m[1]}-{a}" type="hinge" axis="{v}" damping="0.01"/>' for a, v in axes
-            ),
-            xml.replace("<freejoint/>", ""),
-        )
-        xml = re.sub(r"<keyframe>.*?</keyframe>", "", xml, flags=re.DOTALL)
+    """The file's Cassie, or with `hinges` the prototype's, written to a temporary file."""
+    if not hinges:
+        return str(CASSIE)
+    axes = (("x", "1 0 0"), ("y", "0 1 0"), ("z", "0 0 1"))
+    xml = re.sub(
+        r'<joint name="([\w-]+)" type="ball" damping="0.01"/>',
+        lambda m: "".join(
+            f'<joint name="{m[1]}-{a}" type="hinge" axis="{v}" damping="0.01"/>' for a, v in axes
+        ),
+        CASSIE.read_text().replace("<freejoint/>", ""),
+    )
     path = Path(tempfile.mkdtemp()) / "cassie.xml"
-    path.write_text(xml)
+    path.write_text(re.sub(r"<keyframe>.*?</keyframe>", "", xml, flags=re.DOTALL))
     return str(path)
 
 
@@ -89,8 +89,8 @@ def main():
         q, qd = model.state_from_mujoco(qpos, 0.5 * rng.standard_normal(mjm.nv))
         d = dynamics(system, q, qd)
         (level,) = d.levels
-        sigma, exact, uncut = high_precision_acceleration(d.M, d.Q, level.rows.A, level.rows.b)
-        kept, cut = sigma[sigma > 1e-10].min(), sigma[sigma <= 1e-10].max(initial=0.0)
+        sigma, kept, exact, uncut = high_precision_acceleration(d.M, d.Q, level.rows.A, level.rows.b)
+        smallest_kept, largest_cut = sigma[kept].min(), sigma[~kept].max(initial=0.0)
         lanes = batch_last.LaneDynamics(*(x[..., None] for x in (d.M, d.Q, level.rows.A, level.rows.b)))
         scale = np.max(np.abs(exact))
         errors = {
@@ -99,9 +99,8 @@ def main():
         }
         errors["no cut"] = np.max(np.abs(uncut - exact)) / scale
         print(
-            f"  state {k}: p {level.rows.A.shape[0]}, kept σ ≥ {kept:.1e}, cut σ ≤ {cut:.1e} "
-            "(of the largest); "
-            + ", ".join(f"{name} {error:.1e}" for name, error in errors.items())
+            f"  state {k}: p {level.rows.A.shape[0]}, kept σ ≥ {smallest_kept:.1e}, cut σ ≤ {largest_cut:.1e} "
+            "(of the largest); " + ", ".join(f"{name} {error:.1e}" for name, error in errors.items())
         )
 
 

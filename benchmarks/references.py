@@ -203,8 +203,9 @@ def high_precision_acceleration(M, Q, A, b, cut=1e-10):
 
     **Returns:**
 
-    `(sigma, qdd, uncut)`: the singular values relative to the largest, the acceleration, and
-    the acceleration with no direction left out (round-off inverted too).
+    `(sigma, kept, qdd, uncut)`: the singular values relative to the largest, which of them
+    are kept, the acceleration, and the acceleration with no direction left out (round-off
+    inverted too).
     """
     with mp.workdps(40):
         M, Q, A, b = (mp.matrix(np.asarray(x).tolist()) for x in (M, Q, A, b))
@@ -218,4 +219,5 @@ def high_precision_acceleration(M, Q, A, b, cut=1e-10):
             z = sum((((U[:, i].T * e)[0] / S[i]) * V[i, :].T for i in kept), mp.matrix(M.rows, 1))
             return np.array((a + mp.lu_solve(L.T, z)).tolist(), dtype=float)[:, 0]
 
-        return sigma, solve(np.flatnonzero(sigma > cut).tolist()), solve(range(len(S)))
+        kept = sigma > cut
+        return sigma, kept, solve(np.flatnonzero(kept).tolist()), solve(range(len(S)))
