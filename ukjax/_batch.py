@@ -11,6 +11,7 @@ from jax.sharding import Mesh, PartitionSpec
 from jaxtyping import ArrayLike, Float, Real
 
 from ._jit import jit
+from ._robots import kernels
 from ._simulate import DEFAULT_TOL, Solution, simulate, warn_if_started_off
 from ._systems import AbstractSystem, check_state
 
@@ -161,7 +162,12 @@ def simulate_batch(
     arrays = jax.tree.map(to_front, arrays, axes, is_leaf=_absent)
     axes = jax.tree.map(lambda axis: None if axis is None else 0, axes, is_leaf=_absent)
     per_device = -(-batch // len(devices))
-    chunk = _chunk(per_device, q0.shape[1], q0.dtype, devices[0].platform)
+    shared = not any(axis is not None for axis in jax.tree.leaves(axes, is_leaf=_absent))
+    dtypes = {x.dtype for x in jax.tree.leaves(arrays) if eqx.is_inexact_array(x)} | {q0.dtype}
+    if shared and devices[0].platform == "cpu" and kernels.runs(system, dtypes) is not None:
+        chunk = per_device  # the kernel takes the device's members in chunks of its own
+    else:
+        chunk = _chunk(per_device, q0.shape[1], q0.dtype, devices[0].platform)
     size = -(-per_device // chunk) * chunk * len(devices)
     arrays = jax.tree.map(lambda x, axis: x if axis is None else _pad(x, size), arrays, axes, is_leaf=_absent)
     times = (jnp.asarray(t0, q0.dtype), jnp.asarray(t1, q0.dtype))

@@ -18,6 +18,7 @@ from . import _linalg as la
 from ._arrays import as_inexact
 from ._core import sqrt_eps
 from ._jit import jit
+from ._robots import kernels
 from ._systems import AbstractSystem, check_state, levels_violation, solve_dynamics, solve_levels
 from ._unilateral import CONE, OPEN, PULL, SLIDING, STICKING, TOUCH, AbstractUnilateral, ContactRecord, Modes, select_modes
 
@@ -175,8 +176,9 @@ def _rates(s, q, qd, args):
     # in the normalised time s = (t - t0) / (t1 - t0) of `_simulate`
     system, t0, span, modes = args
     t = t0 + s * span
-    # between events the contacts keep the modes the simulation chose (`_events`)
-    sol = system.solve(t, q, qd) if modes is None else solve_dynamics(system.dynamics(t, q, qd), modes)
+    # between events the contacts keep the modes the simulation chose (`_events`); mapped over
+    # states, a robot tree's solve is one call of the compiled kernel (`kernels.solve`)
+    sol = kernels.solve(system, t, q, qd) if modes is None else solve_dynamics(system.dynamics(t, q, qd), modes)
     # Results follow the state's dtype even where the model's parameters are wider.
     qdd = sol.acceleration.astype(qd.dtype)
     nonfinite = ~(jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)))

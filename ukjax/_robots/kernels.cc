@@ -1,11 +1,11 @@
 // The whole U-K acceleration of a rigid-body tree for B states in one XLA FFI call, the batch
-// the minor axis: kinematics (hinge, slide, ball and free joints), M by composite bodies, the
-// bias forces by recursive Newton–Euler, joint damping, springs and armature, the quaternions'
-// norm rows folded in as `RigidBodyTree.dynamics` folds them, `connect` rows as
+// the minor axis (`UkTree`): kinematics (hinge, slide, ball and free joints), M by composite
+// bodies, the bias forces by recursive Newton–Euler, joint damping, springs and armature, the
+// quaternions' norm rows folded in as `RigidBodyTree.dynamics` folds them, `connect` rows as
 // `Connect._rows` writes them, then the U-K solve (`Solver`); and that solve alone for states
 // given as arrays (`UkLanes`). The library's formulas, in world-frame spatial vectors; every
-// value is a vector of C lanes, a loop the compiler vectorizes. A measurement prototype, not
-// library code (benchmarks/batch_last.py checks both against the library's route).
+// value is a vector of C lanes, a loop the compiler vectorizes. Built and called by
+// `kernels.py`, which checks that a system is made only of what this file models.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -168,15 +168,19 @@ static void rate_map(const L* u, L E[3][4]) {
 // The U-K solve of one chunk: `M = Lᵀ D L` following the elimination tree, leaves first
 // (MuJoCo's `mj_factorM`, in place on M's pattern), then the constraint force through the Gram
 // matrix of W = D^{-1/2} L⁻ᵀ Aᵀ: rows whose squared norm is at or below `zero_row` times the largest
-// left out, the others normalised, pivots at or below `floor` dropped; q̈ in x.
+// left out, the others normalised, pivots at or below `floor` dropped. Results: q̈ in x, the
+// constraint force Aᵀλ in f, and `uk_solve`'s diagnostics: `inconsistency` (‖B z − e‖ over
+// ‖e‖ + ‖B‖‖z‖ with B = A L⁻ᵀ, whose norms W's share) and `fault`, 1 where M is not positive
+// definite.
 struct Solver {
   int n, p;
   std::vector<std::vector<int>> anc;  // each coordinate's ancestors in the elimination tree
-  std::vector<L> x, D, z, r, s, inv, W, G;
+  std::vector<L> x, f, D, z, u, r, e, s, inv, W, G;
+  L inconsistency, fault;
 
   Solver(const std::vector<int>& parent, int p)
-      : n(int(parent.size())), p(p), anc(parent.size()), x(n), D(n), z(n), r(p), s(p), inv(p),
-        W((size_t)p * n), G((size_t)p * p) {
+      : n(int(parent.size())), p(p), anc(parent.size()), x(n), f(n), D(n), z(n), u(n), r(p), e(p), s(p),
+        inv(p), W((size_t)p * n), G((size_t)p * p) {
     for (int c = 0; c < n; ++c)
       for (int a = parent[c]; a >= 0; a = parent[a]) anc[c].push_back(a);
   }
@@ -198,6 +202,10 @@ struct Solver {
       for (int i : ac) Mx(c, i) = Mx(c, i) / dk;
       D[c] = dk;
     }
+    fault = lanes(0.0);
+    for (int c = 0; c < n; ++c)
+      for (int l = 0; l < C; ++l)
+        if (!(D[c].x[l] > 0 && D[c].x[l] < INFINITY)) fault.x[l] = 1.0;
     auto solve_transposed = [&](L* y) {
       for (int c = n - 1; c >= 0; --c)
         for (int i : anc[c]) y[i] -= Mx(c, i) * y[c];
@@ -210,6 +218,8 @@ struct Solver {
     solve_transposed(x.data());
     for (int c = 0; c < n; ++c) x[c] = x[c] / D[c];
     solve_L(x.data());
+    for (int c = 0; c < n; ++c) f[c] = lanes(0.0);
+    inconsistency = lanes(0.0);
     if (!p) return;
     for (int c = 0; c < n; ++c) z[c] = lanes(1.0) / lsqrt(D[c]);  // D^{-1/2}
     for (int i = 0; i < p; ++i) {
@@ -219,15 +229,18 @@ struct Solver {
       for (int c = 0; c < n; ++c) wi[c] = wi[c] * z[c];
       r[i] = b[i];
       for (int c = 0; c < n; ++c) r[i] -= A[(size_t)i * n + c] * x[c];
+      e[i] = r[i];
       for (int j = 0; j <= i; ++j) {
         L gij = lanes(0.0);
         for (int c = 0; c < n; ++c) gij += wi[c] * W[(size_t)j * n + c];
         G[i * p + j] = G[j * p + i] = gij;
       }
     }
-    L largest = lanes(0.0);
-    for (int i = 0; i < p; ++i)
+    L largest = lanes(0.0), frobenius = lanes(0.0);  // ‖B‖²
+    for (int i = 0; i < p; ++i) {
+      frobenius += G[i * p + i];
       for (int l = 0; l < C; ++l) largest.x[l] = std::fmax(largest.x[l], G[i * p + i].x[l]);
+    }
     for (int i = 0; i < p; ++i)
       for (int l = 0; l < C; ++l) {
         double gi = G[i * p + i].x[l];
@@ -254,13 +267,32 @@ struct Solver {
       for (int j = i + 1; j < p; ++j) r[i] -= G[j * p + i] * r[j];
     for (int i = 0; i < p; ++i)
       for (int l = 0; l < C; ++l) r[i].x[l] = s[i].x[l] > 0 ? r[i].x[l] / s[i].x[l] : 0.0;
+    L znorm = lanes(0.0), rnorm = lanes(0.0), enorm = lanes(0.0);
     for (int c = 0; c < n; ++c) {
-      L sum = lanes(0.0);
-      for (int i = 0; i < p; ++i) sum += W[(size_t)i * n + c] * r[i];
-      z[c] = sum * z[c];
+      u[c] = lanes(0.0);
+      for (int i = 0; i < p; ++i) u[c] += W[(size_t)i * n + c] * r[i];
+      znorm += u[c] * u[c];
+      z[c] = u[c] * z[c];
+      for (int i = 0; i < p; ++i) f[c] += A[(size_t)i * n + c] * r[i];
+    }
+    for (int i = 0; i < p; ++i) {
+      L Bz = lanes(0.0);
+      for (int c = 0; c < n; ++c) Bz += W[(size_t)i * n + c] * u[c];
+      rnorm += (Bz - e[i]) * (Bz - e[i]), enorm += e[i] * e[i];
+    }
+    for (int l = 0; l < C; ++l) {
+      double scale = std::sqrt(enorm.x[l]) + std::sqrt(frobenius.x[l] * znorm.x[l]);
+      inconsistency.x[l] = std::sqrt(rnorm.x[l]) / (scale > 0 ? scale : 1.0);
     }
     solve_L(z.data());
     for (int c = 0; c < n; ++c) x[c] += z[c];
+  }
+
+  // this chunk's results into the (n, B), (n, B) and (2, B) outputs from lane b0
+  void store(double* qacc, double* force, double* health, int64_t B, int64_t b0) const {
+    for (int c = 0; c < n; ++c)
+      for (int l = 0; l < C; ++l) qacc[c * B + b0 + l] = x[c].x[l], force[c * B + b0 + l] = f[c].x[l];
+    for (int l = 0; l < C; ++l) health[b0 + l] = inconsistency.x[l], health[B + b0 + l] = fault.x[l];
   }
 };
 
@@ -279,7 +311,7 @@ static ffi::Error UkTreeImpl(
     ffi::Buffer<ffi::F64> connect_anchors,
     // the states (n, B)
     ffi::Buffer<ffi::F64> Qpos, ffi::Buffer<ffi::F64> Qvel, double alpha, double beta, double floor, double zero_row,
-    ffi::ResultBuffer<ffi::F64> out) {
+    ffi::ResultBuffer<ffi::F64> qacc, ffi::ResultBuffer<ffi::F64> force, ffi::ResultBuffer<ffi::F64> health) {
   const int b = int(parents.dimensions()[0]);
   const int J = int(joint_body.dimensions()[0]);
   const int k = int(connect_bodies.dimensions()[0]);
@@ -344,7 +376,6 @@ static ffi::Error UkTreeImpl(
   const double* ca = connect_anchors.typed_data();
   const double* qpos = Qpos.typed_data();
   const double* qvel = Qvel.typed_data();
-  double* qacc = out->typed_data();
 
   std::vector<M3> Rw(b), Rl(b), Ra(J);
   std::vector<V3> pw(b), pl(b), pa(J);
@@ -555,8 +586,7 @@ static ffi::Error UkTreeImpl(
       for (int u = 0; u < 3; ++u) bvec[nquat.size() + 3 * e + u] = lanes(0.0) - rhs.v[u];
     }
     solver.solve(E, Qf, A, bvec, floor, zero_row);
-    for (int c = 0; c < n; ++c)
-      for (int l = 0; l < C; ++l) qacc[c * B + b0 + l] = solver.x[c].x[l];
+    solver.store(qacc->typed_data(), force->typed_data(), health->typed_data(), B, b0);
   }
   return ffi::Error::Success();
 }
@@ -565,7 +595,8 @@ static ffi::Error UkTreeImpl(
 // pattern is read, Q (n, B), A (p, n, B), b (p, B), and M's elimination tree `parents` (n).
 static ffi::Error UkLanesImpl(ffi::Buffer<ffi::F64> M, ffi::Buffer<ffi::F64> Q, ffi::Buffer<ffi::F64> A,
                               ffi::Buffer<ffi::F64> b, ffi::Buffer<ffi::S64> parents, double floor, double zero_row,
-                              ffi::ResultBuffer<ffi::F64> out) {
+                              ffi::ResultBuffer<ffi::F64> qacc, ffi::ResultBuffer<ffi::F64> force,
+                              ffi::ResultBuffer<ffi::F64> health) {
   const auto dims = A.dimensions();
   const int p = int(dims[0]), n = int(dims[1]);
   const int64_t B = dims[2];
@@ -588,8 +619,7 @@ static ffi::Error UkLanesImpl(ffi::Buffer<ffi::F64> M, ffi::Buffer<ffi::F64> Q, 
       for (int c = 0; c < n; ++c) load(Ac[(size_t)i * n + c], a + (i * n + c) * B, b0);
     }
     solver.solve(E, Qc, Ac, bc, floor, zero_row);
-    for (int c = 0; c < n; ++c)
-      for (int l = 0; l < C; ++l) out->typed_data()[c * B + b0 + l] = solver.x[c].x[l];
+    solver.store(qacc->typed_data(), force->typed_data(), health->typed_data(), B, b0);
   }
   return ffi::Error::Success();
 }
@@ -603,6 +633,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UkLanes, UkLanesImpl,
                                   .Arg<ffi::Buffer<ffi::S64>>()
                                   .Attr<double>("floor")
                                   .Attr<double>("zero_row")
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
                                   .Ret<ffi::Buffer<ffi::F64>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTree, UkTreeImpl,
@@ -633,4 +665,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTree, UkTreeImpl,
                                   .Attr<double>("beta")
                                   .Attr<double>("floor")
                                   .Attr<double>("zero_row")
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
                                   .Ret<ffi::Buffer<ffi::F64>>());

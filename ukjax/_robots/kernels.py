@@ -1,0 +1,231 @@
+"""The U-K solve of a batch of rigid-body trees as one compiled call.
+
+XLA CPU runs a tree's algorithms as hundreds of small kernels whose intermediates go through
+memory, with the batch on the slow axis (measured in `benchmarks/batch_last.py`: Cassie's
+acceleration 59–67 µs per member under `vmap`, the machine's arithmetic allows 1–2).
+`kernels.cc` computes the whole solve of a tree under `connect` constraints for `B` states in
+one XLA FFI call, the batch as the minor axis of every value: 6–7 µs per member on Cassie.
+
+It is built once per machine and source with the system's C++ compiler (`CXX`, default `g++`)
+into ukjax's cache directory (`UKJAX_CACHE_DIR`, default `~/.cache/ukjax`), and runs wherever
+a covered system's solve is mapped over states on a CPU: `simulate_batch`, and `jax.vmap` of
+`simulate`. A single state, other systems, other devices and a machine without a compiler keep
+the XLA route, which also gives every derivative (`solve`). `UKJAX_KERNELS=0` turns the kernel
+off for the programs traced after it is set.
+"""
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from .._core import UKSolution
+from .._linalg import negligible, rank_tolerance
+from .._systems import ConstrainedSystem
+from .equalities import Connect
+from .tree import NORM_GAINS, RigidBodyTree
+
+_SOURCE = Path(__file__).with_name("kernels.cc")
+_TARGET = "ukjax_tree"
+_LANES = 32  # `C` in kernels.cc: the batch is padded to a multiple
+_KINDS = {"hinge": 0, "slide": 1, "ball": 2, "free": 3}
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("UKJAX_CACHE_DIR")
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ukjax"
+
+
+def _processor() -> str:
+    # `-march=native` ties the library to this kind of processor: a cache shared between
+    # machines keeps one build per kind
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+@functools.cache
+def _built() -> bool:
+    """Build `kernels.cc` (once per machine, source, JAX and compiler) and register it as the
+    FFI target; False, with a warning that says why, where that fails."""
+    compiler = os.environ.get("CXX", "g++")
+    command = [compiler, "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", f"-I{jax.ffi.include_dir()}"]
+    key = hashlib.sha256(
+        "\0".join([_SOURCE.read_text(), jax.__version__, " ".join(command), platform.machine(), _processor()]).encode()
+    ).hexdigest()[:16]
+    library = _cache_dir() / f"kernels-{key}.so"
+    try:
+        if not library.exists():
+            library.parent.mkdir(parents=True, exist_ok=True)
+            print(f"ukjax: compiling the tree kernel for this machine, once, into {library.parent} ...", file=sys.stderr, flush=True)
+            # built aside and renamed into place: processes building at once never load half a file
+            with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
+                built = Path(scratch) / library.name
+                subprocess.run([*command, str(_SOURCE), "-o", str(built)], check=True, capture_output=True, text=True)
+                os.replace(built, library)
+        handle = ctypes.cdll.LoadLibrary(str(library))
+    except (OSError, subprocess.CalledProcessError) as error:
+        reason = error.stderr.strip()[-1000:] if isinstance(error, subprocess.CalledProcessError) else error
+        warnings.warn(
+            f"ukjax could not build its tree kernel with {compiler!r} ({reason}). Batches of robot trees run on "
+            "the XLA route, several times slower; set CXX to a C++17 compiler, or UKJAX_KERNELS=0 to choose "
+            "the XLA route.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
+    jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(handle.UkTree), platform="cpu")
+    return True
+
+
+def covered(system) -> tuple[RigidBodyTree, tuple[Connect, ...]] | None:
+    """`(tree, connects)` where `system` is what `kernels.cc` models, a `RigidBodyTree` without
+    tendons, bare or under `Connect` constraints alone (joint solve by SVD, no stabilization,
+    no non-ideal force); else None."""
+    if isinstance(system, ConstrainedSystem):
+        tree, connects = system.system, system.constraints
+        if (
+            system.stabilization is not None
+            or system.nonideal is not None
+            or system.method != "svd"
+            or system.sequential
+            or any(type(c) is not Connect for c in connects)
+        ):
+            return None
+    else:
+        tree, connects = system, ()
+    if type(tree) is not RigidBodyTree or tree.tendon_names:
+        return None
+    return tree, connects
+
+
+def runs(system, dtypes) -> tuple[RigidBodyTree, tuple[Connect, ...]] | None:
+    """`covered(system)` where the kernel runs for it: every array of the system and the states
+    in float64 (`dtypes`), the kernel not turned off (`UKJAX_KERNELS=0`) and built."""
+    parts = covered(system)
+    if parts is None or set(dtypes) != {jnp.dtype(jnp.float64)} or os.environ.get("UKJAX_KERNELS", "1") == "0":
+        return None
+    return parts if _built() else None
+
+
+def _call(tree: RigidBodyTree, connects: tuple[Connect, ...], q: Float[Array, "n B"], qd: Float[Array, "n B"]):
+    """The kernel on (n, B) states: `(q̈, constraint force)`, (n, B) each, and `(inconsistency,
+    mass fault)`, (2, B)."""
+    n, B = q.shape
+    size = -(-B // _LANES) * _LANES
+    q, qd = (jnp.concatenate([x, jnp.repeat(x[:, -1:], size - B, axis=1)], 1) for x in (q, qd))
+    i64 = functools.partial(np.asarray, dtype=np.int64)
+    structure = (
+        i64(tree.parents),
+        i64(tree.joint_bodies),
+        i64([_KINDS[kind] for kind in tree.joint_kinds]),
+        i64(tree.joint_coordinates),
+        i64(tree.joint_dofs),
+        i64([[tree.body_index(c.body1), tree.body_index(c.body2)] for c in connects]).reshape(-1, 2),
+    )
+    anchors = [jnp.stack([c.anchor1, c.anchor2]) for c in connects]
+    parameters = (
+        tree.body_positions,
+        tree.body_rotations,
+        tree.masses,
+        tree.coms,
+        tree.inertias,
+        tree.joint_axes,
+        tree.joint_anchors,
+        tree.reference,
+        tree.armature,
+        tree.damping,
+        tree.stiffness,
+        tree.spring_reference,
+        tree.gravity,
+        jnp.stack(anchors) if anchors else jnp.zeros((0, 2, 3), q.dtype),
+    )
+    p = len(tree._quaternions()) + 3 * len(connects)
+    outputs = (
+        jax.ShapeDtypeStruct((n, size), q.dtype),
+        jax.ShapeDtypeStruct((n, size), q.dtype),
+        jax.ShapeDtypeStruct((2, size), q.dtype),
+    )
+    alpha, beta = NORM_GAINS
+    results = jax.ffi.ffi_call(_TARGET, outputs)(
+        *structure,
+        *(x.astype(q.dtype) for x in parameters),
+        q,
+        qd,
+        alpha=np.float64(alpha),
+        beta=np.float64(beta),
+        floor=np.float64(rank_tolerance(max(p, 1), q.dtype)),
+        zero_row=np.float64(negligible(p, n, q.dtype) ** 2),
+    )
+    return tuple(x[:, :B] for x in results)
+
+
+def _xla(system, t, q, qd):
+    sol = system.solve(t, q, qd)
+    return sol.acceleration, sol.constraint_force, jnp.stack([sol.inconsistency, (~sol.mass_ok).astype(q.dtype)])
+
+
+def _mapped(static):
+    """The solve as a function of the system's arrays and one state, whose batching rule runs
+    the kernel once over the batch where it can (the batch moved to the last axis and back:
+    no slower per member than the batch-last call, `benchmarks/batch_last.py`)."""
+
+    def xla(arrays, t, q, qd):
+        return _xla(eqx.combine(arrays, static), t, q, qd)
+
+    one = jax.custom_batching.custom_vmap(xla)
+
+    @one.def_vmap
+    def _(size, batched, arrays, t, q, qd):
+        system = eqx.combine(arrays, static)
+        dtypes = {x.dtype for x in jax.tree.leaves(arrays) if eqx.is_inexact_array(x)} | {q.dtype}
+        # members with parameters of their own, or another device, take the XLA route
+        parts = None if any(jax.tree.leaves(batched[0])) or jax.default_backend() != "cpu" else runs(system, dtypes)
+        if parts is None:
+            axes = jax.tree.map(lambda b: 0 if b else None, batched)
+            return jax.vmap(xla, in_axes=axes)(arrays, t, q, qd), (True, True, True)
+        q, qd = (x if b else jnp.broadcast_to(x, (size, *x.shape)) for x, b in zip((q, qd), batched[2:]))
+        return tuple(x.T for x in _call(*parts, q.T, qd.T)), (True, True, True)
+
+    return one
+
+
+@eqx.filter_custom_jvp
+def _solve(system, t, q, qd):
+    arrays, static = eqx.partition(system, eqx.is_array)
+    return _mapped(static)(arrays, t, q, qd)
+
+
+@_solve.def_jvp
+def _solve_jvp(primals, tangents):
+    # the tangent from the XLA route (the kernel has no derivative), in every parameter
+    _, (acceleration, force, _) = eqx.filter_jvp(_xla, primals, tangents)
+    acceleration_force_health = _solve(*primals)
+    return acceleration_force_health, (acceleration, force, jnp.zeros_like(acceleration_force_health[2]))
+
+
+def solve(system, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> UKSolution:
+    """`system.solve(t, q, qd)`, but mapped over states by `jax.vmap` as one call of the
+    compiled kernel where `system` is one it covers (`covered`), on a CPU in float64."""
+    if covered(system) is None:
+        return system.solve(t, q, qd)
+    acceleration, force, (inconsistency, fault) = _solve(system, t, q, qd)
+    return UKSolution(acceleration, force, inconsistency, fault == 0, jnp.array(True))
