@@ -7,7 +7,8 @@ solve on them two ways: in XLA (`lane_solve`: `M = Lᵀ D L` following the coord
 elimination tree by depth levels, and the Gram matrix of `W = D^{-1/2} L⁻ᵀ Aᵀ`, rows
 normalised, pivots at or below `rank_tolerance` dropped), and the same algorithm as one XLA FFI
 call. Last, for a tree under `connect` constraints alone (Cassie), the whole acceleration as
-one FFI call (the terms and the same solve). Both kernels are in `lanes_kernel/uk_kernels.cc`,
+one FFI call (the terms and the same solve): the library's kernel (`ukjax/_robots/kernels.cc`,
+which `simulate_batch` runs), the solve alone in `lanes_kernel/uk_lanes.cc` (its `Solver`),
 compiled here with `g++ -O3 -march=native`, and left out without a compiler.
 
 Every array is `(count, components…, B)`: products over components written out, sums over
@@ -54,6 +55,7 @@ from ukjax._bench import DT
 from ukjax._constraints import stack_rows
 from ukjax._linalg import negligible, rank_tolerance
 from ukjax._robots.actuators import Actuated
+from ukjax._robots import kernels
 from ukjax._robots.equalities import Connect
 from ukjax._robots.joints import SIZES, topology, topology_of
 from ukjax._robots.spatial import put
@@ -664,26 +666,28 @@ def lane_parents(system) -> tuple[int, ...]:
     return structure(_tree(system)).parents
 
 
-_KERNELS = Path(__file__).resolve().parent / "lanes_kernel" / "uk_kernels.cc"
+_KERNELS = Path(__file__).resolve().parent / "lanes_kernel" / "uk_lanes.cc"
 _CHUNK = 32  # the kernels' lanes per chunk: batches are padded to a multiple
 
 
 @functools.cache
 def build_kernel() -> bool:
-    """Compile `lanes_kernel/uk_kernels.cc` with the system's C++ compiler and register its two
-    handlers as the XLA FFI targets `uk_lanes` (the solve) and `uk_tree` (the whole acceleration),
-    once per process; False, with a line that says why, where that fails."""
-    out = Path(tempfile.mkdtemp()) / "uk_kernels.so"
+    """Build the library's tree kernel (`ukjax/_robots/kernels.cc`, registered by the library)
+    and `lanes_kernel/uk_lanes.cc`, its solve alone, registered here as the XLA FFI target
+    `uk_lanes`, once per process; False, with a line that says why, where that fails."""
+    if not kernels._built():
+        print("the library's kernel was not built; the FFI rows are left out")
+        return False
+    out = Path(tempfile.mkdtemp()) / "uk_lanes.so"
     command = ["g++", "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w",
                f"-I{jax.ffi.include_dir()}", str(_KERNELS), "-o", str(out)]
     try:
         subprocess.run(command, check=True, capture_output=True)
     except (OSError, subprocess.CalledProcessError) as error:
-        print(f"the FFI kernels were not built ({error}); their rows are left out")
+        print(f"the FFI solve was not built ({error}); its rows are left out")
         return False
     library = ctypes.cdll.LoadLibrary(str(out))
-    for target, symbol in (("uk_lanes", "UkLanes"), ("uk_tree", "UkTree")):
-        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
+    jax.ffi.register_ffi_target("uk_lanes", jax.ffi.pycapsule(library.UkLanes), platform="cpu")
     return True
 
 
@@ -692,53 +696,19 @@ def kernel_solve(d: LaneDynamics, parents: tuple[int, ...]) -> Float[Array, "n B
     (n, B), p = d.Q.shape, d.A.shape[0]
     size = -(-B // _CHUNK) * _CHUNK
     padded = [jnp.concatenate([x, jnp.repeat(x[..., -1:], size - B, axis=-1)], -1) for x in d]
-    call = jax.ffi.ffi_call("uk_lanes", jax.ShapeDtypeStruct((n, size), d.Q.dtype))
+    shapes = (jax.ShapeDtypeStruct((n, size), d.Q.dtype),) * 2 + (jax.ShapeDtypeStruct((2, size), d.Q.dtype),)
     floor = np.float64(rank_tolerance(max(p, 1), d.Q.dtype))
     zero_row = np.float64(negligible(p, n, d.Q.dtype) ** 2)
-    return call(*padded, jnp.asarray(parents, jnp.int64), floor=floor, zero_row=zero_row)[:, :B]
-
-
-_KINDS = {"hinge": 0, "slide": 1, "ball": 2, "free": 3}
+    call = jax.ffi.ffi_call("uk_lanes", shapes)
+    return call(*padded, jnp.asarray(parents, jnp.int64), floor=floor, zero_row=zero_row)[0][:, :B]
 
 
 def tree_kernel(system):
-    """The whole acceleration as one FFI call (`lanes_kernel/uk_kernels.cc`) for a tree under
-    `connect` constraints alone (`ukjax bench`'s Cassie): a function `(q, qd) -> q̈` of (n, B)
-    states, or None for any other system."""
-    if not (isinstance(system, ukjax.ConstrainedSystem) and isinstance(system.system, RigidBodyTree)):
-        return None
-    tree, connects = system.system, system.constraints
-    if system.stabilization is not None or any(type(c) is not Connect for c in connects) or tree.tendon_names:
-        return None
-    i64 = functools.partial(jnp.asarray, dtype=jnp.int64)
-    structure_arrays = (
-        i64(tree.parents),
-        i64(tree.joint_bodies),
-        i64([_KINDS[kind] for kind in tree.joint_kinds]),
-        i64(tree.joint_coordinates),
-        i64(tree.joint_dofs),
-        i64([[tree.body_index(c.body1), tree.body_index(c.body2)] for c in connects]).reshape(-1, 2),
-    )
-    parameters = (
-        tree.body_positions, tree.body_rotations, tree.masses, tree.coms, tree.inertias, tree.joint_axes,
-        tree.joint_anchors, tree.reference, tree.armature, tree.damping, tree.stiffness, tree.spring_reference,
-        tree.gravity, jnp.stack([jnp.stack([c.anchor1, c.anchor2]) for c in connects]).reshape(-1, 2, 3),
-    )
-    alpha, beta = NORM_GAINS
-    p = len(tree._quaternions()) + 3 * len(connects)
-
-    def acceleration(q, qd):
-        (n, B) = q.shape
-        size = -(-B // _CHUNK) * _CHUNK
-        q, qd = (jnp.concatenate([x, jnp.repeat(x[:, -1:], size - B, axis=1)], 1) for x in (q, qd))
-        call = jax.ffi.ffi_call("uk_tree", jax.ShapeDtypeStruct((n, size), q.dtype))
-        floor = np.float64(rank_tolerance(max(p, 1), q.dtype))
-        zero_row = np.float64(negligible(p, n, q.dtype) ** 2)
-        return call(
-            *structure_arrays, *parameters, q, qd, alpha=np.float64(alpha), beta=np.float64(beta), floor=floor, zero_row=zero_row
-        )[:, :B]
-
-    return acceleration
+    """The library's whole acceleration as one FFI call (`ukjax/_robots/kernels.cc`) for a tree
+    under `connect` constraints alone: a function `(q, qd) -> q̈` of (n, B) states, or None for
+    any other system."""
+    parts = kernels.covered(system)
+    return None if parts is None else (lambda q, qd: kernels._call(*parts, q, qd)[0])
 
 
 def single_state(acceleration):

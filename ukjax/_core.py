@@ -58,9 +58,10 @@ def check_shapes(M, Q, A, b, c=None) -> None:
 
 
 def mass_check(M: Float[Array, "n n"], L: Float[Array, "n n"]) -> Bool[Array, ""]:
-    """True where `M` is symmetric (to √ε) and its Cholesky factor `L` is finite."""
+    """True where `M` is symmetric (to √ε) and its Cholesky factor `L` is finite with a
+    positive diagonal (a zero pivot in the last column leaves `L` finite)."""
     symmetric = jnp.max(jnp.abs(M - M.T), initial=0) <= sqrt_eps(M) * jnp.max(jnp.abs(M), initial=0)
-    return symmetric & jnp.all(jnp.isfinite(L))
+    return symmetric & jnp.all(jnp.isfinite(L)) & jnp.all(jnp.diagonal(L) > 0)
 
 
 def free_solve(M: Float[Array, "n n"], Q: Float[Array, " n"]) -> UKSolution:

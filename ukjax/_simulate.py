@@ -178,7 +178,10 @@ def _rates(s, q, qd, args):
     t = t0 + s * span
     # between events the contacts keep the modes the simulation chose (`_events`); mapped over
     # states, a robot tree's solve is one call of the compiled kernel (`kernels.solve`)
-    sol = kernels.solve(system, t, q, qd) if modes is None else solve_dynamics(system.dynamics(t, q, qd), modes)
+    if modes is None:
+        sol = kernels.solve(system, t, q, qd)
+    else:
+        sol = solve_dynamics(system.dynamics(t, q, qd), modes)
     # Results follow the state's dtype even where the model's parameters are wider.
     qdd = sol.acceleration.astype(qd.dtype)
     nonfinite = ~(jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)))

@@ -2,8 +2,7 @@
 // the minor axis (`UkTree`): kinematics (hinge, slide, ball and free joints), M by composite
 // bodies, the bias forces by recursive Newton–Euler, joint damping, springs and armature, the
 // quaternions' norm rows folded in as `RigidBodyTree.dynamics` folds them, `connect` rows as
-// `Connect._rows` writes them, then the U-K solve (`Solver`); and that solve alone for states
-// given as arrays (`UkLanes`). The library's formulas, in world-frame spatial vectors; every
+// `Connect._rows` writes them, then the U-K solve (`Solver`). The library's formulas, in world-frame spatial vectors; every
 // value is a vector of C lanes, a loop the compiler vectorizes. Built and called by
 // `kernels.py`, which checks that a system is made only of what this file models.
 #include <cmath>
@@ -590,52 +589,6 @@ static ffi::Error UkTreeImpl(
   }
   return ffi::Error::Success();
 }
-
-// The solve alone for `B` states given as arrays, the batch last: M (n, n, B) of which the tree's
-// pattern is read, Q (n, B), A (p, n, B), b (p, B), and M's elimination tree `parents` (n).
-static ffi::Error UkLanesImpl(ffi::Buffer<ffi::F64> M, ffi::Buffer<ffi::F64> Q, ffi::Buffer<ffi::F64> A,
-                              ffi::Buffer<ffi::F64> b, ffi::Buffer<ffi::S64> parents, double floor, double zero_row,
-                              ffi::ResultBuffer<ffi::F64> qacc, ffi::ResultBuffer<ffi::F64> force,
-                              ffi::ResultBuffer<ffi::F64> health) {
-  const auto dims = A.dimensions();
-  const int p = int(dims[0]), n = int(dims[1]);
-  const int64_t B = dims[2];
-  if (B % C) return ffi::Error::InvalidArgument("the batch must be a multiple of 32");
-  const double *m = M.typed_data(), *q = Q.typed_data(), *a = A.typed_data(), *bb = b.typed_data();
-  std::vector<int> parent(parents.typed_data(), parents.typed_data() + n);
-  Solver solver(parent, p);
-  std::vector<L> E((size_t)n * n), Qc(n), Ac((size_t)p * n), bc(p);
-  auto load = [&](L& to, const double* from, int64_t b0) {
-    for (int l = 0; l < C; ++l) to.x[l] = from[b0 + l];
-  };
-  for (int64_t b0 = 0; b0 < B; b0 += C) {
-    for (int c = 0; c < n; ++c) {
-      load(E[(size_t)c * n + c], m + (c * n + c) * B, b0);
-      for (int i : solver.anc[c]) load(E[(size_t)c * n + i], m + (c * n + i) * B, b0);
-      load(Qc[c], q + c * B, b0);
-    }
-    for (int i = 0; i < p; ++i) {
-      load(bc[i], bb + i * B, b0);
-      for (int c = 0; c < n; ++c) load(Ac[(size_t)i * n + c], a + (i * n + c) * B, b0);
-    }
-    solver.solve(E, Qc, Ac, bc, floor, zero_row);
-    solver.store(qacc->typed_data(), force->typed_data(), health->typed_data(), B, b0);
-  }
-  return ffi::Error::Success();
-}
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(UkLanes, UkLanesImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::S64>>()
-                                  .Attr<double>("floor")
-                                  .Attr<double>("zero_row")
-                                  .Ret<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::F64>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTree, UkTreeImpl,
                               ffi::Ffi::Bind()

@@ -67,27 +67,43 @@ def _built() -> bool:
     """Build `kernels.cc` (once per machine, source, JAX and compiler) and register it as the
     FFI target; False, with a warning that says why, where that fails."""
     compiler = os.environ.get("CXX", "g++")
-    command = [compiler, "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", f"-I{jax.ffi.include_dir()}"]
+    command = [
+        compiler,
+        "-O3",
+        "-march=native",
+        "-std=c++17",
+        "-shared",
+        "-fPIC",
+        f"-I{jax.ffi.include_dir()}",
+    ]
     key = hashlib.sha256(
-        "\0".join([_SOURCE.read_text(), jax.__version__, " ".join(command), platform.machine(), _processor()]).encode()
+        "\0".join(
+            [_SOURCE.read_text(), jax.__version__, " ".join(command), platform.machine(), _processor()]
+        ).encode()
     ).hexdigest()[:16]
     library = _cache_dir() / f"kernels-{key}.so"
     try:
         if not library.exists():
             library.parent.mkdir(parents=True, exist_ok=True)
-            print(f"ukjax: compiling the tree kernel for this machine, once, into {library.parent} ...", file=sys.stderr, flush=True)
+            print(
+                f"ukjax: compiling the tree kernel for this machine, once, into {library.parent} ...",
+                file=sys.stderr,
+                flush=True,
+            )
             # built aside and renamed into place: processes building at once never load half a file
             with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
                 built = Path(scratch) / library.name
-                subprocess.run([*command, str(_SOURCE), "-o", str(built)], check=True, capture_output=True, text=True)
+                subprocess.run(
+                    [*command, str(_SOURCE), "-o", str(built)], check=True, capture_output=True, text=True
+                )
                 os.replace(built, library)
         handle = ctypes.cdll.LoadLibrary(str(library))
     except (OSError, subprocess.CalledProcessError) as error:
         reason = error.stderr.strip()[-1000:] if isinstance(error, subprocess.CalledProcessError) else error
         warnings.warn(
-            f"ukjax could not build its tree kernel with {compiler!r} ({reason}). Batches of robot trees run on "
-            "the XLA route, several times slower; set CXX to a C++17 compiler, or UKJAX_KERNELS=0 to choose "
-            "the XLA route.",
+            f"ukjax could not build its tree kernel with {compiler!r} ({reason}). Batches of robot trees "
+            "run on the XLA route, several times slower; set CXX to a C++17 compiler, or UKJAX_KERNELS=0 "
+            "to choose the XLA route.",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -121,12 +137,18 @@ def runs(system, dtypes) -> tuple[RigidBodyTree, tuple[Connect, ...]] | None:
     """`covered(system)` where the kernel runs for it: every array of the system and the states
     in float64 (`dtypes`), the kernel not turned off (`UKJAX_KERNELS=0`) and built."""
     parts = covered(system)
-    if parts is None or set(dtypes) != {jnp.dtype(jnp.float64)} or os.environ.get("UKJAX_KERNELS", "1") == "0":
+    if (
+        parts is None
+        or set(dtypes) != {jnp.dtype(jnp.float64)}
+        or os.environ.get("UKJAX_KERNELS", "1") == "0"
+    ):
         return None
     return parts if _built() else None
 
 
-def _call(tree: RigidBodyTree, connects: tuple[Connect, ...], q: Float[Array, "n B"], qd: Float[Array, "n B"]):
+def _call(
+    tree: RigidBodyTree, connects: tuple[Connect, ...], q: Float[Array, "n B"], qd: Float[Array, "n B"]
+):
     """The kernel on (n, B) states: `(q̈, constraint force)`, (n, B) each, and `(inconsistency,
     mass fault)`, (2, B)."""
     n, B = q.shape
@@ -180,7 +202,11 @@ def _call(tree: RigidBodyTree, connects: tuple[Connect, ...], q: Float[Array, "n
 
 def _xla(system, t, q, qd):
     sol = system.solve(t, q, qd)
-    return sol.acceleration, sol.constraint_force, jnp.stack([sol.inconsistency, (~sol.mass_ok).astype(q.dtype)])
+    return (
+        sol.acceleration,
+        sol.constraint_force,
+        jnp.stack([sol.inconsistency, (~sol.mass_ok).astype(q.dtype)]),
+    )
 
 
 def _mapped(static):
@@ -198,7 +224,11 @@ def _mapped(static):
         system = eqx.combine(arrays, static)
         dtypes = {x.dtype for x in jax.tree.leaves(arrays) if eqx.is_inexact_array(x)} | {q.dtype}
         # members with parameters of their own, or another device, take the XLA route
-        parts = None if any(jax.tree.leaves(batched[0])) or jax.default_backend() != "cpu" else runs(system, dtypes)
+        parts = (
+            None
+            if any(jax.tree.leaves(batched[0])) or jax.default_backend() != "cpu"
+            else runs(system, dtypes)
+        )
         if parts is None:
             axes = jax.tree.map(lambda b: 0 if b else None, batched)
             return jax.vmap(xla, in_axes=axes)(arrays, t, q, qd), (True, True, True)

@@ -1,0 +1,132 @@
+"""The compiled tree kernel (`ukjax/_robots/kernels.cc`) against the library's XLA route, which
+the MuJoCo, Pinocchio and KKT tests check, on a tree with every joint kind and loops."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ukjax
+from ukjax import models
+from ukjax._robots import kernels
+
+pytestmark = pytest.mark.xdist_group("kernels")
+
+# Every joint kind (a free body carrying a ball-jointed one; hinges with a reference angle,
+# armature, damping and a spring; a slide), gravity off the axes, a loop between two branches
+# and a point of the ball-jointed body pinned in space.
+EVERY_KIND = """<mujoco model="every_kind">
+  <option gravity="0.3 -0.2 -9.81"><flag contact="disable"/></option>
+  <worldbody>
+    <body name="float" pos="0 0 1" quat="0.9 0.1 0.2 0.1">
+      <joint name="free" type="free" damping="0.1" armature="0.01"/>
+      <inertial pos="0.01 0.02 0" mass="1.5" fullinertia="0.03 0.02 0.025 0.001 -0.002 0.003"/>
+      <body name="socket" pos="0.2 0 0" euler="10 20 0">
+        <joint name="ball" type="ball" pos="0.01 0 0" damping="0.2" armature="0.03"/>
+        <inertial pos="0.1 0 0" quat="0.8 0.2 0.1 0.3" mass="0.7" diaginertia="0.02 0.015 0.01"/>
+      </body>
+    </body>
+    <body name="arm" pos="0.1 0.2 0.3" quat="0.7 0 0.7 0">
+      <joint name="h1" axis="0 0 1" armature="0.02" damping="0.3" ref="0.2"/>
+      <inertial pos="0 0.02 0.1" mass="2.1" diaginertia="0.03 0.02 0.025"/>
+      <body name="fore" pos="0 0.05 0.2">
+        <joint name="h2" axis="0 1 0.2" pos="0 0 0.02" stiffness="3" springref="0.2"/>
+        <joint name="s1" type="slide" axis="1 0.1 0" armature="0.1" stiffness="2" damping="0.4"/>
+        <inertial pos="0.05 0.01 -0.02" mass="1.1" diaginertia="0.01 0.012 0.008"/>
+      </body>
+    </body>
+    <body name="link" pos="0.4 0.2 0.3">
+      <joint name="h3" axis="1 0 0"/>
+      <inertial pos="0 0 0.05" mass="0.8" diaginertia="0.004 0.005 0.003"/>
+    </body>
+  </worldbody>
+  <equality>
+    <connect body1="fore" body2="link" anchor="0.1 0 0"/>
+    <connect body1="socket" body2="world" anchor="0.05 0 0"/>
+  </equality>
+</mujoco>"""
+
+
+@pytest.fixture(scope="module")
+def loops():
+    if not kernels._built():
+        pytest.skip("no C++ compiler builds the kernel on this machine (the XLA route runs instead)")
+    model = models.from_mjcf(EVERY_KIND)
+    return ukjax.ConstrainedSystem(model.system, model.constraints), model.q0
+
+
+def _states(q0, members, seed):
+    rng = np.random.default_rng(seed)
+    # quaternions off unit length too: the norm rows' stabilization acts
+    q = np.asarray(q0)[None] + 0.3 * rng.standard_normal((members, q0.shape[0]))
+    return jnp.asarray(q), jnp.asarray(rng.standard_normal(q.shape))
+
+
+@jax.jit
+def _both_routes(system, q, qd):
+    """The kernel's solve (the batch mapped through its batching rule) and the XLA route's."""
+    kernel = jax.vmap(lambda q, qd: kernels.solve(system, 0.0, q, qd))(q, qd)
+    return kernel, jax.vmap(lambda q, qd: system.solve(0.0, q, qd))(q, qd)
+
+
+def _relative(x, y):
+    return float(jnp.max(jnp.abs(x - y)) / jnp.max(jnp.abs(y)))
+
+
+def test_kernel_matches_the_xla_route(loops):
+    system, q0 = loops
+    q, qd = _states(q0, 40, 0)  # 40: the kernel's lanes padded from 40 to 64
+    force = None  # the loops' largest constraint force: the bare tree's are round-off
+    for each in (system, system.system):  # under the loops, and the bare tree (norm rows only)
+        assert kernels.covered(each) is not None
+        assert "ukjax_tree" in _both_routes.lower(each, q, qd).as_text()  # the kernel runs
+        kernel, xla = _both_routes(each, q, qd)
+        assert _relative(kernel.acceleration, xla.acceleration) < 1e-11
+        force = float(jnp.max(jnp.abs(xla.constraint_force))) if force is None else force
+        assert float(jnp.max(jnp.abs(kernel.constraint_force - xla.constraint_force))) < 1e-11 * force
+        assert bool(jnp.all(kernel.mass_ok)) and bool(jnp.all(xla.mass_ok))
+        assert float(jnp.max(kernel.inconsistency)) < 1e-12
+    # a body without mass or inertia on its own hinge: M singular in every member, both say so
+    massless = eqx.tree_at(
+        lambda s: (s.system.masses, s.system.inertias),
+        system,
+        (system.system.masses.at[-1].set(0.0), system.system.inertias.at[-1].set(0.0)),
+    )
+    kernel, xla = _both_routes(massless, q, qd)
+    assert not bool(jnp.any(kernel.mass_ok)) and not bool(jnp.any(xla.mass_ok))
+
+
+def test_kernel_route_is_differentiated_by_the_xla_route(loops):
+    system, q0 = loops
+    q, qd = _states(q0, 8, 1)
+
+    def accelerations(masses):
+        tree = eqx.tree_at(lambda s: s.system.masses, system, masses)
+        return jax.vmap(lambda q, qd: kernels.solve(tree, 0.0, q, qd).acceleration)(q, qd)
+
+    masses = system.system.masses
+    direction = jnp.linspace(0.5, 1.5, masses.shape[0])
+    _, tangent = jax.jit(lambda m, v: jax.jvp(accelerations, (m,), (v,)))(masses, direction)
+    h = 1e-6
+    finite = (accelerations(masses + h * direction) - accelerations(masses - h * direction)) / (2 * h)
+    assert _relative(tangent, finite) < 1e-6
+    weights = jnp.asarray(np.random.default_rng(2).standard_normal(tangent.shape))
+    gradient = jax.jit(jax.grad(lambda m: jnp.sum(weights * accelerations(m))))(masses)
+    assert abs(float(gradient @ direction - jnp.sum(weights * tangent))) < 1e-9 * float(
+        jnp.sum(jnp.abs(weights * tangent))
+    )
+
+
+@pytest.mark.filterwarnings("ignore:The simulation starts off its constraints")  # random states
+def test_a_failed_member_leaves_the_batch_on_the_kernel(loops):
+    system, q0 = loops
+    q, qd = _states(q0, 3, 3)
+    q = q.at[1, 0].set(jnp.nan)
+    ts = jnp.linspace(0.0, 0.05, 3)
+    sol = ukjax.simulate_batch(system, q, qd, 0.0, 0.05, ts=ts, dt0=1e-3, adaptive=False)
+    assert sol.status.tolist() == [ukjax.Status.SUCCESS, ukjax.Status.NONFINITE_STATE, ukjax.Status.SUCCESS]
+    # each good member as a single run on the XLA route
+    for member in (0, 2):
+        alone = ukjax.simulate(system, q[member], qd[member], 0.0, 0.05, ts=ts, dt0=1e-3, adaptive=False)
+        assert _relative(sol.q[member], alone.q) < 1e-12
