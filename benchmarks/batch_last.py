@@ -708,7 +708,7 @@ def tree_kernel(system):
     under `connect` constraints alone: a function `(q, qd) -> q̈` of (n, B) states, or None for
     any other system."""
     parts = kernels.covered(system)
-    return None if parts is None else (lambda q, qd: kernels._call(*parts, q, qd)[0])
+    return None if parts is None else (lambda q, qd: kernels._call(*parts, q, qd, jnp.zeros_like(q))[0])
 
 
 def single_state(acceleration):

@@ -14,8 +14,8 @@ from ukjax._robots import kernels
 pytestmark = pytest.mark.xdist_group("kernels")
 
 # Every joint kind (a free body carrying a ball-jointed one; hinges with a reference angle,
-# armature, damping and a spring; a slide), gravity off the axes, a loop between two branches
-# and a point of the ball-jointed body pinned in space.
+# armature, damping and a spring; a slide), gravity off the axes, a loop between two branches,
+# a point of the ball-jointed body pinned in space, and two actuators.
 EVERY_KIND = """<mujoco model="every_kind">
   <option gravity="0.3 -0.2 -9.81"><flag contact="disable"/></option>
   <worldbody>
@@ -45,6 +45,10 @@ EVERY_KIND = """<mujoco model="every_kind">
     <connect body1="fore" body2="link" anchor="0.1 0 0"/>
     <connect body1="socket" body2="world" anchor="0.05 0 0"/>
   </equality>
+  <actuator>
+    <motor joint="h1" gear="2"/>
+    <position joint="s1" kp="5"/>
+  </actuator>
 </mujoco>"""
 
 
@@ -53,7 +57,9 @@ def loops():
     if not kernels._built():
         pytest.skip("no C++ compiler builds the kernel on this machine (the XLA route runs instead)")
     model = models.from_mjcf(EVERY_KIND)
-    return ukjax.ConstrainedSystem(model.system, model.constraints), model.q0
+    # controls that depend on time and state: the actuators' forces are evaluated in XLA
+    driven = model.controlled(lambda t, q, qd: jnp.stack([jnp.sin(3 * t) + q[7], 0.1 - qd[9]]))
+    return ukjax.ConstrainedSystem(driven, model.constraints), model.q0
 
 
 def _states(q0, members, seed):
@@ -63,7 +69,7 @@ def _states(q0, members, seed):
     return jnp.asarray(q), jnp.asarray(rng.standard_normal(q.shape))
 
 
-@jax.jit
+@eqx.filter_jit
 def _both_routes(system, q, qd):
     """The kernel's solve (the batch mapped through its batching rule) and the XLA route's."""
     kernel = jax.vmap(lambda q, qd: kernels.solve(system, 0.0, q, qd))(q, qd)
@@ -78,7 +84,7 @@ def test_kernel_matches_the_xla_route(loops):
     system, q0 = loops
     q, qd = _states(q0, 40, 0)  # 40: the kernel's lanes padded from 40 to 64
     force = None  # the loops' largest constraint force: the bare tree's are round-off
-    for each in (system, system.system):  # under the loops, and the bare tree (norm rows only)
+    for each in (system, system.system.system):  # driven under the loops; the bare tree (norm rows)
         assert kernels.covered(each) is not None
         assert "ukjax_tree" in _both_routes.lower(each, q, qd).as_text()  # the kernel runs
         kernel, xla = _both_routes(each, q, qd)
@@ -88,10 +94,11 @@ def test_kernel_matches_the_xla_route(loops):
         assert bool(jnp.all(kernel.mass_ok)) and bool(jnp.all(xla.mass_ok))
         assert float(jnp.max(kernel.inconsistency)) < 1e-12
     # a body without mass or inertia on its own hinge: M singular in every member, both say so
+    tree = system.system.system
     massless = eqx.tree_at(
-        lambda s: (s.system.masses, s.system.inertias),
+        lambda s: (s.system.system.masses, s.system.system.inertias),
         system,
-        (system.system.masses.at[-1].set(0.0), system.system.inertias.at[-1].set(0.0)),
+        (tree.masses.at[-1].set(0.0), tree.inertias.at[-1].set(0.0)),
     )
     kernel, xla = _both_routes(massless, q, qd)
     assert not bool(jnp.any(kernel.mass_ok)) and not bool(jnp.any(xla.mass_ok))
@@ -102,10 +109,10 @@ def test_kernel_route_is_differentiated_by_the_xla_route(loops):
     q, qd = _states(q0, 8, 1)
 
     def accelerations(masses):
-        tree = eqx.tree_at(lambda s: s.system.masses, system, masses)
-        return jax.vmap(lambda q, qd: kernels.solve(tree, 0.0, q, qd).acceleration)(q, qd)
+        heavier = eqx.tree_at(lambda s: s.system.system.masses, system, masses)
+        return jax.vmap(lambda q, qd: kernels.solve(heavier, 0.0, q, qd).acceleration)(q, qd)
 
-    masses = system.system.masses
+    masses = system.system.system.masses
     direction = jnp.linspace(0.5, 1.5, masses.shape[0])
     _, tangent = jax.jit(lambda m, v: jax.jvp(accelerations, (m,), (v,)))(masses, direction)
     h = 1e-6

@@ -2,7 +2,8 @@
 // the minor axis (`UkTree`): kinematics (hinge, slide, ball and free joints), M by composite
 // bodies, the bias forces by recursive Newton–Euler, joint damping, springs and armature, the
 // quaternions' norm rows folded in as `RigidBodyTree.dynamics` folds them, `connect` rows as
-// `Connect._rows` writes them, then the U-K solve (`Solver`). The library's formulas, in world-frame spatial vectors; every
+// `Connect._rows` writes them, forces applied from outside (actuators) added, then the U-K
+// solve (`Solver`). The library's formulas, in world-frame spatial vectors; every
 // value is a vector of C lanes, a loop the compiler vectorizes. Built and called by
 // `kernels.py`, which checks that a system is made only of what this file models.
 #include <cmath>
@@ -309,7 +310,7 @@ static ffi::Error UkTreeImpl(
     ffi::Buffer<ffi::F64> stiffness, ffi::Buffer<ffi::F64> spring_ref, ffi::Buffer<ffi::F64> gravity,
     ffi::Buffer<ffi::F64> connect_anchors,
     // the states (n, B)
-    ffi::Buffer<ffi::F64> Qpos, ffi::Buffer<ffi::F64> Qvel, double alpha, double beta, double floor, double zero_row,
+    ffi::Buffer<ffi::F64> Qpos, ffi::Buffer<ffi::F64> Qvel, ffi::Buffer<ffi::F64> Applied, double alpha, double beta, double floor, double zero_row,
     ffi::ResultBuffer<ffi::F64> qacc, ffi::ResultBuffer<ffi::F64> force, ffi::ResultBuffer<ffi::F64> health) {
   const int b = int(parents.dimensions()[0]);
   const int J = int(joint_body.dimensions()[0]);
@@ -375,6 +376,7 @@ static ffi::Error UkTreeImpl(
   const double* ca = connect_anchors.typed_data();
   const double* qpos = Qpos.typed_data();
   const double* qvel = Qvel.typed_data();
+  const double* applied = Applied.typed_data();  // forces evaluated outside, (n, B)
 
   std::vector<M3> Rw(b), Rl(b), Ra(J);
   std::vector<V3> pw(b), pl(b), pa(J);
@@ -507,7 +509,10 @@ static ffi::Error UkTreeImpl(
     }
     for (int i = b - 1; i >= 0; --i)
       if (par[i] >= 0) wrench[par[i]] = s6add(wrench[par[i]], wrench[i]);
-    for (int c = 0; c < n; ++c) Qf[c] = lanes(0.0) - s6dot(S[c], wrench[cbody[c]]);
+    for (int c = 0; c < n; ++c) {
+      Qf[c] = lanes(0.0) - s6dot(S[c], wrench[cbody[c]]);
+      for (int l = 0; l < C; ++l) Qf[c].x[l] += applied[c * B + b0 + l];
+    }
     // armature and damping per degree of freedom, springs on hinges and slides
     for (int j = 0; j < J; ++j) {
       int c = int(jc[j]), d = int(jd[j]);
@@ -598,6 +603,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTree, UkTreeImpl,
                                   .Arg<ffi::Buffer<ffi::S64>>()
                                   .Arg<ffi::Buffer<ffi::S64>>()
                                   .Arg<ffi::Buffer<ffi::S64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
                                   .Arg<ffi::Buffer<ffi::F64>>()
                                   .Arg<ffi::Buffer<ffi::F64>>()
                                   .Arg<ffi::Buffer<ffi::F64>>()

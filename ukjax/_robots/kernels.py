@@ -33,7 +33,8 @@ from jaxtyping import Array, Float
 
 from .._core import UKSolution
 from .._linalg import negligible, rank_tolerance
-from .._systems import ConstrainedSystem
+from .._systems import ConstrainedSystem, Forced
+from .actuators import Actuated
 from .equalities import Connect
 from .tree import NORM_GAINS, RigidBodyTree
 
@@ -112,12 +113,18 @@ def _built() -> bool:
     return True
 
 
+def _inner(system):
+    return system.system if isinstance(system, ConstrainedSystem) else system
+
+
 def covered(system) -> tuple[RigidBodyTree, tuple[Connect, ...]] | None:
-    """`(tree, connects)` where `system` is what `kernels.cc` models, a `RigidBodyTree` without
+    """`(tree, connects)` where `system` is what `kernels.cc` models: a `RigidBodyTree` without
     tendons, bare or under `Connect` constraints alone (joint solve by SVD, no stabilization,
-    no non-ideal force); else None."""
+    no non-ideal force), driven or not by forces (`Forced`, `Actuated`: evaluated in XLA and
+    added to the kernel's); else None."""
+    connects = ()
     if isinstance(system, ConstrainedSystem):
-        tree, connects = system.system, system.constraints
+        connects = system.constraints
         if (
             system.stabilization is not None
             or system.nonideal is not None
@@ -126,11 +133,21 @@ def covered(system) -> tuple[RigidBodyTree, tuple[Connect, ...]] | None:
             or any(type(c) is not Connect for c in connects)
         ):
             return None
-    else:
-        tree, connects = system, ()
+    tree = _inner(system)
+    while type(tree) in (Forced, Actuated):
+        tree = tree.system
     if type(tree) is not RigidBodyTree or tree.tendon_names:
         return None
     return tree, connects
+
+
+def _applied(system, t, q, qd) -> Float[Array, " n"]:
+    """The forces that the wrappers between `system` and its tree apply."""
+    total, inner = jnp.zeros_like(q), _inner(system)
+    while not isinstance(inner, RigidBodyTree):
+        total = total + (inner.force(t, q, qd) if isinstance(inner, Forced) else inner._actuation(t, q, qd))
+        inner = inner.system
+    return total
 
 
 def runs(system, dtypes) -> tuple[RigidBodyTree, tuple[Connect, ...]] | None:
@@ -147,13 +164,17 @@ def runs(system, dtypes) -> tuple[RigidBodyTree, tuple[Connect, ...]] | None:
 
 
 def _call(
-    tree: RigidBodyTree, connects: tuple[Connect, ...], q: Float[Array, "n B"], qd: Float[Array, "n B"]
+    tree: RigidBodyTree,
+    connects: tuple[Connect, ...],
+    q: Float[Array, "n B"],
+    qd: Float[Array, "n B"],
+    applied: Float[Array, "n B"],
 ):
-    """The kernel on (n, B) states: `(q̈, constraint force)`, (n, B) each, and `(inconsistency,
-    mass fault)`, (2, B)."""
+    """The kernel on (n, B) states under further `applied` forces: `(q̈, constraint force)`,
+    (n, B) each, and `(inconsistency, mass fault)`, (2, B)."""
     n, B = q.shape
     size = -(-B // _LANES) * _LANES
-    q, qd = (jnp.concatenate([x, jnp.repeat(x[:, -1:], size - B, axis=1)], 1) for x in (q, qd))
+    q, qd, applied = (jnp.concatenate([x, jnp.repeat(x[:, -1:], size - B, 1)], 1) for x in (q, qd, applied))
     i64 = functools.partial(np.asarray, dtype=np.int64)
     structure = (
         i64(tree.parents),
@@ -192,6 +213,7 @@ def _call(
         *(x.astype(q.dtype) for x in parameters),
         q,
         qd,
+        applied,
         alpha=np.float64(alpha),
         beta=np.float64(beta),
         floor=np.float64(rank_tolerance(max(p, 1), q.dtype)),
@@ -232,8 +254,12 @@ def _mapped(static):
         if parts is None:
             axes = jax.tree.map(lambda b: 0 if b else None, batched)
             return jax.vmap(xla, in_axes=axes)(arrays, t, q, qd), (True, True, True)
+        time_axis, state_axes = (0 if batched[1] else None), tuple(0 if b else None for b in batched[2:])
+        applied = jax.vmap(
+            lambda t, q, qd: _applied(system, t, q, qd), (time_axis, *state_axes), axis_size=size
+        )
         q, qd = (x if b else jnp.broadcast_to(x, (size, *x.shape)) for x, b in zip((q, qd), batched[2:]))
-        return tuple(x.T for x in _call(*parts, q.T, qd.T)), (True, True, True)
+        return tuple(x.T for x in _call(*parts, q.T, qd.T, applied(t, q, qd).T)), (True, True, True)
 
     return one
 
