@@ -704,11 +704,18 @@ def kernel_solve(d: LaneDynamics, parents: tuple[int, ...]) -> Float[Array, "n B
 
 
 def tree_kernel(system):
-    """The library's whole acceleration as one FFI call (`ukjax/_robots/kernels.cc`) for a tree
-    under `connect` constraints alone: a function `(q, qd) -> q̈` of (n, B) states, or None for
-    any other system."""
+    """The library's acceleration as one FFI call (`ukjax/_robots/kernels.cc`, what
+    `simulate_batch` runs) with what it does not model evaluated in XLA under `vmap`: a function
+    `(q, qd) -> q̈` of (n, B) states, or None for a system it does not take."""
     parts = kernels.covered(system)
-    return None if parts is None else (lambda q, qd: kernels._call(*parts, q, qd, jnp.zeros_like(q))[0])
+    if parts is None:
+        return None
+
+    def acceleration(q, qd):
+        outside = jax.vmap(lambda q, qd: kernels._outside(system, parts, 0.0, q, qd), 1, -1)(q, qd)
+        return kernels._call(parts, q, qd, outside)[0]
+
+    return acceleration
 
 
 def single_state(acceleration):

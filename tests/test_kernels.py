@@ -1,6 +1,8 @@
 """The compiled tree kernel (`ukjax/_robots/kernels.cc`) against the library's XLA route, which
 the MuJoCo, Pinocchio and KKT tests check, on a tree with every joint kind and loops."""
 
+import warnings
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -52,14 +54,35 @@ EVERY_KIND = """<mujoco model="every_kind">
 </mujoco>"""
 
 
+# and with a fixed tendon across two branches (its armature couples them: M factored densely)
+# and a joint equality (rows the kernel is handed)
+TENDON = EVERY_KIND.replace(
+    "  </equality>",
+    """    <joint joint1="h3" joint2="h2" polycoef="0.1 0.5 0.2 0 0"/>
+  </equality>
+  <tendon>
+    <fixed name="across" stiffness="0.5" damping="0.05" armature="0.3" springlength="-0.1 0.1">
+      <joint joint="h1" coef="1"/><joint joint="h3" coef="-0.5"/><joint joint="s1" coef="0.2"/>
+    </fixed>
+  </tendon>""",
+)
+
+
+def _driven(xml):
+    with warnings.catch_warnings():
+        # the tendon's armature across branches named; the start projected onto the loops
+        warnings.simplefilter("ignore")
+        model = models.from_mjcf(xml)
+    # controls that depend on time and state: the actuators' forces are evaluated in XLA
+    driven = model.controlled(lambda t, q, qd: jnp.stack([jnp.sin(3 * t) + q[7], 0.1 - qd[9]]))
+    return ukjax.ConstrainedSystem(driven, model.constraints), model.q0
+
+
 @pytest.fixture(scope="module")
 def loops():
     if not kernels._built():
         pytest.skip("no C++ compiler builds the kernel on this machine (the XLA route runs instead)")
-    model = models.from_mjcf(EVERY_KIND)
-    # controls that depend on time and state: the actuators' forces are evaluated in XLA
-    driven = model.controlled(lambda t, q, qd: jnp.stack([jnp.sin(3 * t) + q[7], 0.1 - qd[9]]))
-    return ukjax.ConstrainedSystem(driven, model.constraints), model.q0
+    return _driven(EVERY_KIND)
 
 
 def _states(q0, members, seed):
@@ -84,7 +107,9 @@ def test_kernel_matches_the_xla_route(loops):
     system, q0 = loops
     q, qd = _states(q0, 40, 0)  # 40: the kernel's lanes padded from 40 to 64
     force = None  # the loops' largest constraint force: the bare tree's are round-off
-    for each in (system, system.system.system):  # driven under the loops; the bare tree (norm rows)
+    tendon = _driven(TENDON)[0]
+    # driven under the loops; the bare tree (norm rows only); with the tendon and the coupling
+    for each in (system, system.system.system, tendon):
         assert kernels.covered(each) is not None
         assert "ukjax_tree" in _both_routes.lower(each, q, qd).as_text()  # the kernel runs
         kernel, xla = _both_routes(each, q, qd)

@@ -2,8 +2,8 @@
 // the minor axis (`UkTree`): kinematics (hinge, slide, ball and free joints), M by composite
 // bodies, the bias forces by recursive Newton–Euler, joint damping, springs and armature, the
 // quaternions' norm rows folded in as `RigidBodyTree.dynamics` folds them, `connect` rows as
-// `Connect._rows` writes them, forces applied from outside (actuators) added, then the U-K
-// solve (`Solver`). The library's formulas, in world-frame spatial vectors; every
+// `Connect._rows` writes them, the fixed tendons' armature, and what the caller evaluates
+// (forces applied from outside, further constraint rows) added; then the U-K solve (`Solver`). The library's formulas, in world-frame spatial vectors; every
 // value is a vector of C lanes, a loop the compiler vectorizes. Built and called by
 // `kernels.py`, which checks that a system is made only of what this file models.
 #include <cmath>
@@ -308,13 +308,16 @@ static ffi::Error UkTreeImpl(
     ffi::Buffer<ffi::F64> com, ffi::Buffer<ffi::F64> inertia, ffi::Buffer<ffi::F64> axis, ffi::Buffer<ffi::F64> anchor,
     ffi::Buffer<ffi::F64> reference, ffi::Buffer<ffi::F64> armature, ffi::Buffer<ffi::F64> damping,
     ffi::Buffer<ffi::F64> stiffness, ffi::Buffer<ffi::F64> spring_ref, ffi::Buffer<ffi::F64> gravity,
-    ffi::Buffer<ffi::F64> connect_anchors,
-    // the states (n, B)
-    ffi::Buffer<ffi::F64> Qpos, ffi::Buffer<ffi::F64> Qvel, ffi::Buffer<ffi::F64> Applied, double alpha, double beta, double floor, double zero_row,
+    ffi::Buffer<ffi::F64> connect_anchors, ffi::Buffer<ffi::F64> tendon_coef, ffi::Buffer<ffi::F64> tendon_arm,
+    // the states (n, B), the forces applied from outside (n, B) and further rows A (r, n, B), b (r, B)
+    ffi::Buffer<ffi::F64> Qpos, ffi::Buffer<ffi::F64> Qvel, ffi::Buffer<ffi::F64> Applied, ffi::Buffer<ffi::F64> RowsA,
+    ffi::Buffer<ffi::F64> Rowsb, double alpha, double beta, double floor, double zero_row,
     ffi::ResultBuffer<ffi::F64> qacc, ffi::ResultBuffer<ffi::F64> force, ffi::ResultBuffer<ffi::F64> health) {
   const int b = int(parents.dimensions()[0]);
   const int J = int(joint_body.dimensions()[0]);
   const int k = int(connect_bodies.dimensions()[0]);
+  const int T = int(tendon_arm.dimensions()[0]);
+  const int r = int(Rowsb.dimensions()[0]);
   const int64_t n = Qpos.dimensions()[0], B = Qpos.dimensions()[1];
   if (B % C) return ffi::Error::InvalidArgument("the batch must be a multiple of 32");
   const int64_t* par = parents.typed_data();
@@ -343,9 +346,14 @@ static ffi::Error UkTreeImpl(
     int i = cbody[c];
     cparent[c] = (c > 0 && cbody[c - 1] == i) ? c - 1 : (par[i] >= 0 ? below[par[i]] : -1);
   }
-  const int p = int(nquat.size()) + 3 * k;
-  Solver solver(cparent, p);
-  const auto& anc = solver.anc;
+  const int p = int(nquat.size()) + 3 * k + r;
+  // M is factored following the coordinates' tree, or densely where tendons couple branches
+  std::vector<int> chain(n);
+  for (int c = 0; c < n; ++c) chain[c] = c - 1;
+  Solver solver(T ? chain : cparent, p);
+  std::vector<std::vector<int>> anc(n);  // each coordinate's ancestors in the tree
+  for (int c = 0; c < n; ++c)
+    for (int a = cparent[c]; a >= 0; a = cparent[a]) anc[c].push_back(a);
   // "before" a coordinate: the motion of its body's parent and of its body's earlier joints (a
   // free joint's translations come before its rotation; a quaternion's coordinates are one motion)
   auto group = [&](int c) { return 2 * cjoint[c] + ((jk[cjoint[c]] == FREE && cindex[c] >= 3) ? 1 : 0); };
@@ -376,7 +384,11 @@ static ffi::Error UkTreeImpl(
   const double* ca = connect_anchors.typed_data();
   const double* qpos = Qpos.typed_data();
   const double* qvel = Qvel.typed_data();
-  const double* applied = Applied.typed_data();  // forces evaluated outside, (n, B)
+  const double* applied = Applied.typed_data();
+  const double* tc = tendon_coef.typed_data();
+  const double* ta = tendon_arm.typed_data();
+  const double* rows_A = RowsA.typed_data();
+  const double* rows_b = Rowsb.typed_data();
 
   std::vector<M3> Rw(b), Rl(b), Ra(J);
   std::vector<V3> pw(b), pl(b), pa(J);
@@ -479,7 +491,8 @@ static ffi::Error UkTreeImpl(
         Inertia& P = Ic[par[i]];
         P.m += Ic[i].m, P.h = P.h + Ic[i].h, P.I = madd(P.I, Ic[i].I);
       }
-    // M on the tree's pattern
+    // M on the tree's pattern (zero elsewhere), plus the tendons' armature a cᵀc
+    for (size_t e = 0; e < E.size(); ++e) E[e] = lanes(0.0);
     for (int j = 0; j < n; ++j) {
       S6 F = apply(Ic[cbody[j]], S[j]);
       Mx(j, j) = s6dot(S[j], F);
@@ -542,7 +555,10 @@ static ffi::Error UkTreeImpl(
         Qf[c + u] -= force;
       }
     }
-    // rows: the quaternions' norms (folded into M and Q), then the connects
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j <= i; ++j) Mx(i, j) += lanes(ta[t] * tc[t * n + i] * tc[t * n + j]);
+    // rows: the quaternions' norms (folded into M and Q), the connects, then the further ones
     for (size_t e = 0; e < A.size(); ++e) A[e] = lanes(0.0);
     for (size_t row = 0; row < nquat.size(); ++row) {
       int c = nquat[row];
@@ -589,6 +605,13 @@ static ffi::Error UkTreeImpl(
       V3 rhs = mtv(R1, bb);
       for (int u = 0; u < 3; ++u) bvec[nquat.size() + 3 * e + u] = lanes(0.0) - rhs.v[u];
     }
+    for (int e = 0; e < r; ++e) {
+      int row = int(nquat.size()) + 3 * k + e;
+      for (int l = 0; l < C; ++l) {
+        bvec[row].x[l] = rows_b[e * B + b0 + l];
+        for (int c = 0; c < n; ++c) A[row * n + c].x[l] = rows_A[(e * n + c) * B + b0 + l];
+      }
+    }
     solver.solve(E, Qf, A, bvec, floor, zero_row);
     solver.store(qacc->typed_data(), force->typed_data(), health->typed_data(), B, b0);
   }
@@ -603,6 +626,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTree, UkTreeImpl,
                                   .Arg<ffi::Buffer<ffi::S64>>()
                                   .Arg<ffi::Buffer<ffi::S64>>()
                                   .Arg<ffi::Buffer<ffi::S64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
                                   .Arg<ffi::Buffer<ffi::F64>>()
                                   .Arg<ffi::Buffer<ffi::F64>>()
                                   .Arg<ffi::Buffer<ffi::F64>>()

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -31,9 +32,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._constraints import AbstractConstraint, stack_rows
 from .._core import UKSolution
 from .._linalg import negligible, rank_tolerance
 from .._systems import ConstrainedSystem, Forced
+from .._unilateral import AbstractUnilateral
 from .actuators import Actuated
 from .equalities import Connect
 from .tree import NORM_GAINS, RigidBodyTree
@@ -117,40 +120,59 @@ def _inner(system):
     return system.system if isinstance(system, ConstrainedSystem) else system
 
 
-def covered(system) -> tuple[RigidBodyTree, tuple[Connect, ...]] | None:
-    """`(tree, connects)` where `system` is what `kernels.cc` models: a `RigidBodyTree` without
-    tendons, bare or under `Connect` constraints alone (joint solve by SVD, no stabilization,
-    no non-ideal force), driven or not by forces (`Forced`, `Actuated`: evaluated in XLA and
-    added to the kernel's); else None."""
-    connects = ()
+class Parts(NamedTuple):
+    """A system as the kernel takes it: the tree, the `Connect` constraints it models, and the
+    other equality constraints, whose rows are evaluated in XLA."""
+
+    tree: RigidBodyTree
+    connects: tuple[Connect, ...]
+    others: tuple[AbstractConstraint, ...]
+
+
+def covered(system) -> Parts | None:
+    """`system` in the parts `kernels.cc` takes, or None. It takes a `RigidBodyTree` (fixed
+    tendons included) under one `ConstrainedSystem` of equality constraints or none (joint
+    solve by SVD, no stabilization, no non-ideal force), driven or not by forces (`Forced`,
+    `Actuated`); what it does not model itself (applied forces, tendon forces, rows other than
+    `Connect`'s) is evaluated in XLA and handed to it."""
+    constraints = ()
     if isinstance(system, ConstrainedSystem):
-        connects = system.constraints
+        constraints = system.constraints
         if (
             system.stabilization is not None
             or system.nonideal is not None
             or system.method != "svd"
             or system.sequential
-            or any(type(c) is not Connect for c in connects)
+            or any(isinstance(c, AbstractUnilateral) for c in constraints)
         ):
             return None
     tree = _inner(system)
     while type(tree) in (Forced, Actuated):
         tree = tree.system
-    if type(tree) is not RigidBodyTree or tree.tendon_names:
+    if type(tree) is not RigidBodyTree:
         return None
-    return tree, connects
+    return Parts(
+        tree,
+        tuple(c for c in constraints if type(c) is Connect),
+        tuple(c for c in constraints if type(c) is not Connect),
+    )
 
 
-def _applied(system, t, q, qd) -> Float[Array, " n"]:
-    """The forces that the wrappers between `system` and its tree apply."""
-    total, inner = jnp.zeros_like(q), _inner(system)
+def _outside(system, parts: Parts, t, q, qd):
+    """What the kernel is handed for one state: the forces that the wrappers between `system`
+    and its tree and the tree's tendons apply, and the rows of the constraints it does not
+    model, `(F, A, b)`."""
+    total, inner = parts.tree._tendon_forces(q, qd), _inner(system)
     while not isinstance(inner, RigidBodyTree):
         total = total + (inner.force(t, q, qd) if isinstance(inner, Forced) else inner._actuation(t, q, qd))
         inner = inner.system
-    return total
+    if not parts.others:
+        return total, jnp.zeros((0, q.shape[0]), q.dtype), jnp.zeros(0, q.dtype)
+    rows = stack_rows(parts.others, _inner(system), t, q, qd)
+    return total, rows.A, rows.b
 
 
-def runs(system, dtypes) -> tuple[RigidBodyTree, tuple[Connect, ...]] | None:
+def runs(system, dtypes) -> Parts | None:
     """`covered(system)` where the kernel runs for it: every array of the system and the states
     in float64 (`dtypes`), the kernel not turned off (`UKJAX_KERNELS=0`) and built."""
     parts = covered(system)
@@ -163,18 +185,18 @@ def runs(system, dtypes) -> tuple[RigidBodyTree, tuple[Connect, ...]] | None:
     return parts if _built() else None
 
 
-def _call(
-    tree: RigidBodyTree,
-    connects: tuple[Connect, ...],
-    q: Float[Array, "n B"],
-    qd: Float[Array, "n B"],
-    applied: Float[Array, "n B"],
-):
-    """The kernel on (n, B) states under further `applied` forces: `(q̈, constraint force)`,
-    (n, B) each, and `(inconsistency, mass fault)`, (2, B)."""
+def _call(parts: Parts, q: Float[Array, "n B"], qd: Float[Array, "n B"], outside=None):
+    """The kernel on (n, B) states, handed `outside = (F, A, b)` (n, B), (r, n, B), (r, B) as
+    `_outside` gives them (default: nothing): `(q̈, constraint force)`, (n, B) each, and
+    `(inconsistency, mass fault)`, (2, B)."""
     n, B = q.shape
+    if outside is None:
+        outside = (jnp.zeros_like(q), jnp.zeros((0, n, B), q.dtype), jnp.zeros((0, B), q.dtype))
     size = -(-B // _LANES) * _LANES
-    q, qd, applied = (jnp.concatenate([x, jnp.repeat(x[:, -1:], size - B, 1)], 1) for x in (q, qd, applied))
+    q, qd, *outside = (
+        jnp.concatenate([x, jnp.repeat(x[..., -1:], size - B, -1)], -1) for x in (q, qd, *outside)
+    )
+    tree, connects = parts.tree, parts.connects
     i64 = functools.partial(np.asarray, dtype=np.int64)
     structure = (
         i64(tree.parents),
@@ -200,8 +222,10 @@ def _call(
         tree.spring_reference,
         tree.gravity,
         jnp.stack(anchors) if anchors else jnp.zeros((0, 2, 3), q.dtype),
+        tree.tendon_coefficients,
+        tree.tendon_armature,
     )
-    p = len(tree._quaternions()) + 3 * len(connects)
+    p = len(tree._quaternions()) + 3 * len(connects) + outside[1].shape[0]
     outputs = (
         jax.ShapeDtypeStruct((n, size), q.dtype),
         jax.ShapeDtypeStruct((n, size), q.dtype),
@@ -213,7 +237,7 @@ def _call(
         *(x.astype(q.dtype) for x in parameters),
         q,
         qd,
-        applied,
+        *outside,
         alpha=np.float64(alpha),
         beta=np.float64(beta),
         floor=np.float64(rank_tolerance(max(p, 1), q.dtype)),
@@ -254,12 +278,11 @@ def _mapped(static):
         if parts is None:
             axes = jax.tree.map(lambda b: 0 if b else None, batched)
             return jax.vmap(xla, in_axes=axes)(arrays, t, q, qd), (True, True, True)
-        time_axis, state_axes = (0 if batched[1] else None), tuple(0 if b else None for b in batched[2:])
-        applied = jax.vmap(
-            lambda t, q, qd: _applied(system, t, q, qd), (time_axis, *state_axes), axis_size=size
-        )
+        axes = (0 if batched[1] else None, *(0 if b else None for b in batched[2:]))
+        outside = jax.vmap(lambda t, q, qd: _outside(system, parts, t, q, qd), axes, axis_size=size)(t, q, qd)
         q, qd = (x if b else jnp.broadcast_to(x, (size, *x.shape)) for x, b in zip((q, qd), batched[2:]))
-        return tuple(x.T for x in _call(*parts, q.T, qd.T, applied(t, q, qd).T)), (True, True, True)
+        outside = tuple(jnp.moveaxis(x, 0, -1) for x in outside)
+        return tuple(x.T for x in _call(parts, q.T, qd.T, outside)), (True, True, True)
 
     return one
 
