@@ -132,15 +132,14 @@ class Parts(NamedTuple):
 def covered(system) -> Parts | None:
     """`system` in the parts `kernels.cc` takes, or None. It takes a `RigidBodyTree` (fixed
     tendons included) under one `ConstrainedSystem` of equality constraints or none (joint
-    solve by SVD, no stabilization, no non-ideal force), driven or not by forces (`Forced`,
-    `Actuated`); what it does not model itself (applied forces, tendon forces, rows other than
-    `Connect`'s) is evaluated in XLA and handed to it."""
-    constraints = ()
+    solve by SVD, no non-ideal force), driven or not by forces (`Forced`, `Actuated`); what it
+    does not model itself (applied forces, tendon forces, rows other than `Connect`'s, all
+    rows under Baumgarte stabilization) is evaluated in XLA and handed to it."""
+    constraints, stabilized = (), False
     if isinstance(system, ConstrainedSystem):
-        constraints = system.constraints
+        constraints, stabilized = system.constraints, system.stabilization is not None
         if (
-            system.stabilization is not None
-            or system.nonideal is not None
+            system.nonideal is not None
             or system.method != "svd"
             or system.sequential
             or any(isinstance(c, AbstractUnilateral) for c in constraints)
@@ -151,6 +150,8 @@ def covered(system) -> Parts | None:
         tree = tree.system
     if type(tree) is not RigidBodyTree:
         return None
+    if stabilized:  # Baumgarte's terms need every row's Φ and Φ̇: all rows from XLA
+        return Parts(tree, (), constraints)
     return Parts(
         tree,
         tuple(c for c in constraints if type(c) is Connect),
@@ -169,7 +170,8 @@ def _outside(system, parts: Parts, t, q, qd):
     if not parts.others:
         return total, jnp.zeros((0, q.shape[0]), q.dtype), jnp.zeros(0, q.dtype)
     rows = stack_rows(parts.others, _inner(system), t, q, qd)
-    return total, rows.A, rows.b
+    stabilization = getattr(system, "stabilization", None)
+    return total, rows.A, rows.b if stabilization is None else stabilization.apply(rows)
 
 
 def runs(system, dtypes) -> Parts | None:
