@@ -14,7 +14,12 @@
 
 namespace ffi = xla::ffi;
 
-constexpr int C = 32;  // lanes per chunk: 8, 16, 32, 64 gave 8.9, 6.3, 4.5, 5.0 µs per Cassie solve
+// lanes per chunk: 8, 16, 32, 64 gave 8.9, 6.3, 4.5, 5.0 µs per Cassie solve; built with 1 too,
+// for one state at a time
+#ifndef UKJAX_LANES
+#define UKJAX_LANES 32
+#endif
+constexpr int C = UKJAX_LANES;
 
 struct L {
   double x[C];
@@ -319,7 +324,7 @@ static ffi::Error UkTreeImpl(
   const int T = int(tendon_arm.dimensions()[0]);
   const int r = int(Rowsb.dimensions()[0]);
   const int64_t n = Qpos.dimensions()[0], B = Qpos.dimensions()[1];
-  if (B % C) return ffi::Error::InvalidArgument("the batch must be a multiple of 32");
+  if (B % C) return ffi::Error::InvalidArgument("the batch must be a multiple of the lanes per chunk");
   const int64_t* par = parents.typed_data();
   const int64_t* jb = joint_body.typed_data();
   const int64_t* jk = joint_kind.typed_data();

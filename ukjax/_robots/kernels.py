@@ -42,7 +42,6 @@ from .equalities import Connect
 from .tree import NORM_GAINS, RigidBodyTree
 
 _SOURCE = Path(__file__).with_name("kernels.cc")
-_TARGET = "ukjax_tree"
 _LANES = 32  # `C` in kernels.cc: the batch is padded to a multiple
 _KINDS = {"hinge": 0, "slide": 1, "ball": 2, "free": 3}
 
@@ -68,8 +67,9 @@ def _processor() -> str:
 
 @functools.cache
 def _built() -> bool:
-    """Build `kernels.cc` (once per machine, source, JAX and compiler) and register it as the
-    FFI target; False, with a warning that says why, where that fails."""
+    """Build `kernels.cc` (once per machine, source, JAX and compiler), for chunks of `_LANES`
+    states and for one, and register both as FFI targets; False, with a warning that says why,
+    where that fails."""
     compiler = os.environ.get("CXX", "g++")
     command = [
         compiler,
@@ -85,35 +85,55 @@ def _built() -> bool:
             [_SOURCE.read_text(), jax.__version__, " ".join(command), platform.machine(), _processor()]
         ).encode()
     ).hexdigest()[:16]
-    library = _cache_dir() / f"kernels-{key}.so"
+    libraries = {lanes: _cache_dir() / f"kernels-{key}-{lanes}.so" for lanes in (_LANES, 1)}
     try:
-        if not library.exists():
-            library.parent.mkdir(parents=True, exist_ok=True)
+        if not all(library.exists() for library in libraries.values()):
+            _cache_dir().mkdir(parents=True, exist_ok=True)
             print(
-                f"ukjax: compiling the tree kernel for this machine, once, into {library.parent} ...",
+                f"ukjax: compiling the tree kernel for this machine, once, into {_cache_dir()} ...",
                 file=sys.stderr,
                 flush=True,
             )
             # built aside and renamed into place: processes building at once never load half a file
-            with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
-                built = Path(scratch) / library.name
-                subprocess.run(
-                    [*command, str(_SOURCE), "-o", str(built)], check=True, capture_output=True, text=True
-                )
-                os.replace(built, library)
-        handle = ctypes.cdll.LoadLibrary(str(library))
+            with tempfile.TemporaryDirectory(dir=_cache_dir()) as scratch:
+                builds = {
+                    lanes: subprocess.Popen(
+                        [
+                            *command,
+                            f"-DUKJAX_LANES={lanes}",
+                            str(_SOURCE),
+                            "-o",
+                            str(Path(scratch) / library.name),
+                        ],
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
+                    for lanes, library in libraries.items()
+                }
+                for lanes, build in builds.items():
+                    if build.wait():
+                        raise subprocess.CalledProcessError(
+                            build.returncode, command, stderr=build.stderr.read()
+                        )
+                    os.replace(Path(scratch) / libraries[lanes].name, libraries[lanes])
+        handles = {lanes: ctypes.cdll.LoadLibrary(str(library)) for lanes, library in libraries.items()}
     except (OSError, subprocess.CalledProcessError) as error:
         reason = error.stderr.strip()[-1000:] if isinstance(error, subprocess.CalledProcessError) else error
         warnings.warn(
-            f"ukjax could not build its tree kernel with {compiler!r} ({reason}). Batches of robot trees "
-            "run on the XLA route, several times slower; set CXX to a C++17 compiler, or UKJAX_KERNELS=0 "
-            "to choose the XLA route.",
+            f"ukjax could not build its tree kernel with {compiler!r} ({reason}). Robot trees run on the "
+            "XLA route, several times slower and longer to compile; set CXX to a C++17 compiler, or "
+            "UKJAX_KERNELS=0 to choose the XLA route.",
             RuntimeWarning,
             stacklevel=2,
         )
         return False
-    jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(handle.UkTree), platform="cpu")
+    for lanes, handle in handles.items():
+        jax.ffi.register_ffi_target(_target(lanes), jax.ffi.pycapsule(handle.UkTree), platform="cpu")
     return True
+
+
+def _target(lanes: int) -> str:
+    return f"ukjax_tree_{lanes}"
 
 
 def _inner(system):
@@ -194,7 +214,8 @@ def _call(parts: Parts, q: Float[Array, "n B"], qd: Float[Array, "n B"], outside
     n, B = q.shape
     if outside is None:
         outside = (jnp.zeros_like(q), jnp.zeros((0, n, B), q.dtype), jnp.zeros((0, B), q.dtype))
-    size = -(-B // _LANES) * _LANES
+    lanes = 1 if B == 1 else _LANES
+    size = -(-B // lanes) * lanes
     q, qd, *outside = (
         jnp.concatenate([x, jnp.repeat(x[..., -1:], size - B, -1)], -1) for x in (q, qd, *outside)
     )
@@ -234,7 +255,7 @@ def _call(parts: Parts, q: Float[Array, "n B"], qd: Float[Array, "n B"], outside
         jax.ShapeDtypeStruct((2, size), q.dtype),
     )
     alpha, beta = NORM_GAINS
-    results = jax.ffi.ffi_call(_TARGET, outputs)(
+    results = jax.ffi.ffi_call(_target(lanes), outputs)(
         *structure,
         *(x.astype(q.dtype) for x in parameters),
         q,
@@ -258,28 +279,29 @@ def _xla(system, t, q, qd):
 
 
 def _mapped(static):
-    """The solve as a function of the system's arrays and one state, whose batching rule runs
-    the kernel once over the batch where it can (the batch moved to the last axis and back:
-    no slower per member than the batch-last call, `benchmarks/batch_last.py`)."""
+    """The solve as a function of the system's arrays and one state, by the kernel for one
+    state, with a batching rule that runs the kernel once over the batch (the batch moved to
+    the last axis and back: no slower per member than the batch-last call,
+    `benchmarks/batch_last.py`); members with parameters of their own take the XLA route."""
 
-    def xla(arrays, t, q, qd):
-        return _xla(eqx.combine(arrays, static), t, q, qd)
+    def kernel(arrays, t, q, qd):
+        system = eqx.combine(arrays, static)
+        parts = covered(system)  # read from the arrays this call traces
+        outside = _outside(system, parts, t, q, qd)
+        single = _call(parts, q[:, None], qd[:, None], tuple(x[..., None] for x in outside))
+        return tuple(x[:, 0] for x in single)
 
-    one = jax.custom_batching.custom_vmap(xla)
+    one = jax.custom_batching.custom_vmap(kernel)
 
     @one.def_vmap
     def _(size, batched, arrays, t, q, qd):
-        system = eqx.combine(arrays, static)
-        dtypes = {x.dtype for x in jax.tree.leaves(arrays) if eqx.is_inexact_array(x)} | {q.dtype}
-        # members with parameters of their own, or another device, take the XLA route
-        parts = (
-            None
-            if any(jax.tree.leaves(batched[0])) or jax.default_backend() != "cpu"
-            else runs(system, dtypes)
-        )
-        if parts is None:
+        if any(jax.tree.leaves(batched[0])):
             axes = jax.tree.map(lambda b: 0 if b else None, batched)
-            return jax.vmap(xla, in_axes=axes)(arrays, t, q, qd), (True, True, True)
+            return jax.vmap(lambda a, *state: _xla(eqx.combine(a, static), *state), in_axes=axes)(
+                arrays, t, q, qd
+            ), (True, True, True)
+        system = eqx.combine(arrays, static)
+        parts = covered(system)
         axes = (0 if batched[1] else None, *(0 if b else None for b in batched[2:]))
         outside = jax.vmap(lambda t, q, qd: _outside(system, parts, t, q, qd), axes, axis_size=size)(t, q, qd)
         q, qd = (x if b else jnp.broadcast_to(x, (size, *x.shape)) for x, b in zip((q, qd), batched[2:]))
@@ -304,9 +326,11 @@ def _solve_jvp(primals, tangents):
 
 
 def solve(system, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> UKSolution:
-    """`system.solve(t, q, qd)`, but mapped over states by `jax.vmap` as one call of the
-    compiled kernel where `system` is one it covers (`covered`), on a CPU in float64."""
-    if covered(system) is None:
+    """`system.solve(t, q, qd)`, by the compiled kernel where it runs for `system` (`runs`) on
+    a CPU: for one state, and under `jax.vmap` once for the whole batch. Derivatives come
+    from the XLA route."""
+    dtypes = {x.dtype for x in jax.tree.leaves(system) if eqx.is_inexact_array(x)} | {q.dtype, qd.dtype}
+    if jax.default_backend() != "cpu" or runs(system, dtypes) is None:
         return system.solve(t, q, qd)
     acceleration, force, (inconsistency, fault) = _solve(system, t, q, qd)
     return UKSolution(acceleration, force, inconsistency, fault == 0, jnp.array(True))
