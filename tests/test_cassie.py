@@ -17,6 +17,7 @@ import pytest
 import ukjax
 from benchmarks.references import high_precision_acceleration, mujoco_kkt_acceleration
 from ukjax import models
+from ukjax._robots import kernels
 
 CASSIE = Path(__file__).parent.parent.parent / "shared" / "robots" / "cassie.xml"
 # Cassie's springs (1250 and 1500 N m/rad on light rods) want steps of ~0.25 ms: there both
@@ -188,6 +189,10 @@ def test_rank_decisions_near_qpos0_against_a_40_digit_solve(model):
     scale = np.max(np.abs(reference))
     assert np.max(np.abs(uncut - reference)) > 1e-3 * scale
     np.testing.assert_allclose(qdd, reference, rtol=0, atol=1e-10 * scale)
+    # and the compiled kernel (`simulate`'s route), which cuts by the Gram matrix's pivots
+    if kernels._built():
+        kernel = eqx.filter_jit(kernels.solve)(closed, 0.0, q, qd).acceleration
+        np.testing.assert_allclose(kernel, reference, rtol=0, atol=1e-10 * scale)
 
 
 def test_open_tree_moves_as_mujocos_rk4(model):
