@@ -16,9 +16,8 @@ from the reference at any of the saves (every 10 ms of the second) over the memb
 mechanism that settles (the gripper does within 0.1 s) is judged on its motion, not its rest.
 
 - ukjax: `simulate_batch` of `--batch` members (the starts repeated), RK4 at several steps and
-  Tsit5 at several tolerances, one program per solver (its compile time printed apart).
-- The batch-last prototype (`batch_last.py`, outside the library): its fastest route for the
-  mechanism (`batch_last.fastest`) under RK4 at the same steps, where a C++ compiler built it.
+  Tsit5 at several tolerances, one program per solver (its compile time printed apart); the
+  compiled tree kernel runs every mechanism here (`UKJAX_KERNELS=0`: the XLA route).
 - MuJoCo: `rollout` of the same batch on every core, RK4 at several steps, with the file's
   `solref` and with the tightest MuJoCo allows at that step (a time constant of twice the step).
   Its equalities are soft, so its error has a floor that a smaller step does not lower.
@@ -28,8 +27,7 @@ Cost: wall time per simulated second per member, both simulators on every core.
     python benchmarks/work_precision.py [--batch 32] [--members 4] [--plot docs/assets/work_precision.png]
 
 Last lines: per mechanism, MuJoCo's best error and ukjax's cost at that accuracy against
-MuJoCo's (`equal accuracy: ukjax R x MuJoCo`), and the same at every MuJoCo point it reaches;
-then the prototype's range of the same ratios.
+MuJoCo's (`equal accuracy: ukjax R x MuJoCo`), and the same at every MuJoCo point it reaches.
 """
 
 import argparse
@@ -52,7 +50,6 @@ import scipy.linalg  # noqa: E402
 from mujoco import rollout  # noqa: E402
 
 import ukjax  # noqa: E402
-from benchmarks import batch_last  # noqa: E402
 from benchmarks.references import mujoco_kkt_flow  # noqa: E402
 
 T = 1.0
@@ -155,34 +152,6 @@ def run_ukjax(system, model, mjm, states, batch, references):
     return points, compiles
 
 
-PROTOTYPE = "lanes RK4, FFI (prototype)"
-
-
-def run_prototype(system, model, mjm, states, batch, references):
-    """`batch_last`'s fastest route for `system` (`batch_last.fastest`), RK4 at `RK4_STEPS`:
-    points as `run_ukjax`'s, none where the route does not apply or no compiler built it."""
-    accel = batch_last.fastest(system)
-    if accel is None:
-        return []
-    q0, qd0 = (jnp.stack(x) for x in zip(*(model.state_from_mujoco(*s) for s in states)))
-    tile = -(-batch // len(states))
-    q0, qd0 = jnp.tile(q0, (tile, 1))[:batch].T, jnp.tile(qd0, (tile, 1))[:batch].T
-    to_mujoco = jax.jit(jax.vmap(jax.vmap(model.state_to_mujoco)))
-    points = []
-    for h in RK4_STEPS:
-        every = round((SAVES[1] - SAVES[0]) / h)
-        run = jax.jit(lambda q, qd, h=h, every=every: batch_last.rk4_lanes(accel, q, qd, h, len(SAVES) - 1, every, 128))
-        jax.block_until_ready(run(q0, qd0))
-        start = time.perf_counter()
-        qs, _ = jax.block_until_ready(run(q0, qd0))
-        wall = time.perf_counter() - start
-        q = jnp.moveaxis(qs[:, :, : len(states)], 2, 0)  # (members, saves, n)
-        qpos = np.asarray(to_mujoco(q, jnp.zeros_like(q))[0])
-        worst = error(mjm, qpos, references) if np.all(np.isfinite(qpos)) else np.inf
-        points.append((PROTOTYPE, f"h {h * 1e3:g} ms", worst, 1e3 * wall / (batch * T)))
-    return points
-
-
 def run_mujoco(mjm, ctrl, states, batch, references):
     """MuJoCo's points, as `run_ukjax`'s, with the file's `solref` and the tightest."""
     points = []
@@ -248,7 +217,6 @@ def plot(results, path):
         "ukjax Tsit5": ("C2", "s-"),
         "MuJoCo RK4, file's solref": ("C3", "^--"),
         "MuJoCo RK4, solref 2h": ("C1", "v--"),
-        PROTOTYPE: ("C4", "D:"),
     }
     for ax, (name, (points, floor)) in zip(np.atleast_1d(axes), results.items()):
         for label, (color, style) in styles.items():
@@ -304,10 +272,9 @@ def main():
         )
         refs = np.array([r for r, _ in refs])
         ours, compiles = run_ukjax(system, model, mjm, states, args.batch, refs)
-        prototype = run_prototype(system, model, mjm, states, args.batch, refs)
         theirs = run_mujoco(mjm, ctrl, states, args.batch, refs)
         print(f"  {'':28s} {'setting':>12s} {'error [m]':>10s} {'ms per sim s':>13s}")
-        for label, setting, error, cost in ours + prototype + theirs:
+        for label, setting, error, cost in ours + theirs:
             shown = f"{error:10.1e}" if np.isfinite(error) else f"{'failed':>10s}"
             print(f"  {label:28s} {setting:>12s} {shown} {cost:13.3g}")
         print("  compile: " + ", ".join(f"{k} {v:.1f} s" for k, v in compiles.items()))
@@ -323,14 +290,8 @@ def main():
             )
         else:
             text = f"{name}: ukjax reaches none of MuJoCo's errors (best {best[2]:.1e} m)"
-        if prototype:
-            ratios = [r for r in equal_accuracy(prototype, theirs) if r[3] is not None]
-            text += (
-                f"; {PROTOTYPE}: " + (f"{min(r[3] for r in ratios):.3g}x to {max(r[3] for r in ratios):.3g}x MuJoCo "
-                f"at the {len(ratios)} of its {len(theirs)} points it reaches" if ratios else "reaches none")
-            )
         summary.append(text)
-        results[name] = (ours + prototype + theirs, floor)
+        results[name] = (ours + theirs, floor)
     print()
     print("\n".join(summary))
     if args.plot is not None:
