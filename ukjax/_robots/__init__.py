@@ -15,4 +15,7 @@ ground floor (`_arrays`, `_constraints`, `_systems`, `_jit`, `_animate`):
 - `actuators`: MuJoCo's actuators and the system they drive;
 - `model`: `Model`, what the importer (and the source papers' builders) return;
 - `mjcf`: the MJCF/URDF importer, by MuJoCo's own compiler.
+- `kernels`: the U-K solve of a tree as one compiled C++ call (`kernels.cc`), which `simulate`
+  runs for the systems it covers (the one module the engine's `_simulate` and `_batch` import
+  from here).
 """

@@ -1,17 +1,19 @@
-"""The U-K solve of a batch of rigid-body trees as one compiled call.
+"""The U-K solve of rigid-body trees as one compiled call.
 
 XLA CPU runs a tree's algorithms as hundreds of small kernels whose intermediates go through
 memory, with the batch on the slow axis (measured in `benchmarks/batch_last.py`: Cassie's
 acceleration 59–67 µs per member under `vmap`, the machine's arithmetic allows 1–2).
-`kernels.cc` computes the whole solve of a tree under `connect` constraints for `B` states in
-one XLA FFI call, the batch as the minor axis of every value: 6–7 µs per member on Cassie.
+`kernels.cc` computes the whole solve of a tree for `B` states in one XLA FFI call, the batch
+as the minor axis of every value: 4–7 µs per member on Cassie. What it does not model is
+evaluated in XLA and handed to it (`covered`).
 
 It is built once per machine and source with the system's C++ compiler (`CXX`, default `g++`)
-into ukjax's cache directory (`UKJAX_CACHE_DIR`, default `~/.cache/ukjax`), and runs wherever
-a covered system's solve is mapped over states on a CPU: `simulate_batch`, and `jax.vmap` of
-`simulate`. A single state, other systems, other devices and a machine without a compiler keep
-the XLA route, which also gives every derivative (`solve`). `UKJAX_KERNELS=0` turns the kernel
-off for the programs traced after it is set.
+into `~/.cache/ukjax/kernels` (`XDG_CACHE_HOME` moves it), for one state and for chunks of 32,
+and runs wherever `simulate` solves a covered system on a CPU in float64: one call per state,
+and under `jax.vmap` (`simulate_batch`) one per batch. Derivatives, members with parameters of
+their own, other devices and a machine without a compiler take the XLA route
+(`system.solve`). `UKJAX_KERNELS=0` chooses the XLA route for the programs traced after it is
+set.
 """
 
 import ctypes
@@ -47,10 +49,14 @@ _KINDS = {"hinge": 0, "slide": 1, "ball": 2, "free": 3}
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("UKJAX_CACHE_DIR")
-    if root:
-        return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ukjax"
+    """`$XDG_CACHE_HOME/ukjax/kernels` (default `~/.cache/...`), or a directory of this process's
+    own where that cannot be written."""
+    directory = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ukjax" / "kernels"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="ukjax-kernels-"))
+    return directory
 
 
 def _processor() -> str:
@@ -85,17 +91,17 @@ def _built() -> bool:
             [_SOURCE.read_text(), jax.__version__, " ".join(command), platform.machine(), _processor()]
         ).encode()
     ).hexdigest()[:16]
-    libraries = {lanes: _cache_dir() / f"kernels-{key}-{lanes}.so" for lanes in (_LANES, 1)}
+    directory = _cache_dir()
+    libraries = {lanes: directory / f"kernels-{key}-{lanes}.so" for lanes in (_LANES, 1)}
     try:
         if not all(library.exists() for library in libraries.values()):
-            _cache_dir().mkdir(parents=True, exist_ok=True)
             print(
-                f"ukjax: compiling the tree kernel for this machine, once, into {_cache_dir()} ...",
+                f"ukjax: compiling the tree kernel for this machine, once, into {directory} ...",
                 file=sys.stderr,
                 flush=True,
             )
             # built aside and renamed into place: processes building at once never load half a file
-            with tempfile.TemporaryDirectory(dir=_cache_dir()) as scratch:
+            with tempfile.TemporaryDirectory(dir=directory) as scratch:
                 builds = {
                     lanes: subprocess.Popen(
                         [
