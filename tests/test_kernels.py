@@ -108,10 +108,14 @@ def test_kernel_matches_the_xla_route(loops):
     q, qd = _states(q0, 40, 0)  # 40: the kernel's lanes padded from 40 to 64
     force = None  # the loops' largest constraint force: the bare tree's are round-off
     tendon = _driven(TENDON)[0]
-    stabilized = ukjax.ConstrainedSystem(system.system, system.constraints, ukjax.Baumgarte(3.0, 2.0))
-    # driven under the loops; the bare tree (norm rows only); with the tendon and the coupling;
-    # under Baumgarte stabilization
-    for each in (system, system.system.system, tendon, stabilized):
+    # Baumgarte gains: scalars (the kernel stabilizes the connect rows), and one per row (every
+    # row stabilized in XLA and handed over)
+    scalar = ukjax.ConstrainedSystem(tendon.system, tendon.constraints, ukjax.Baumgarte(3.0, 2.0))
+    per_row = ukjax.ConstrainedSystem(
+        system.system, system.constraints, ukjax.Baumgarte(jnp.linspace(1.0, 4.0, 6), jnp.full(6, 2.0))
+    )
+    # driven under the loops; the bare tree (norm rows only); with the tendon and the coupling
+    for each in (system, system.system.system, tendon, scalar, per_row):
         assert kernels.covered(each) is not None
         assert "ukjax_tree_32" in _both_routes.lower(each, q, qd).as_text()  # the kernel runs
         kernel, xla = _both_routes(each, q, qd)

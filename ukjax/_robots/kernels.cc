@@ -2,10 +2,11 @@
 // the minor axis (`UkTree`): kinematics (hinge, slide, ball and free joints), M by composite
 // bodies, the bias forces by recursive Newton–Euler, joint damping, springs and armature, the
 // quaternions' norm rows folded in as `RigidBodyTree.dynamics` folds them, `connect` rows as
-// `Connect._rows` writes them, the fixed tendons' armature, and what the caller evaluates
-// (forces applied from outside, further constraint rows) added; then the U-K solve (`Solver`). The library's formulas, in world-frame spatial vectors; every
-// value is a vector of C lanes, a loop the compiler vectorizes. Built and called by
-// `kernels.py`, which checks that a system is made only of what this file models.
+// `Connect._rows` writes them (Baumgarte-stabilized), the fixed tendons' armature, and what the
+// caller evaluates (forces applied from outside, further constraint rows) added; then the U-K
+// solve (`Solver`). The library's formulas, in world-frame spatial vectors; every value is a
+// vector of C lanes, a loop the compiler vectorizes. Built and called by `kernels.py`, which
+// checks that a system is made only of what this file and the caller model.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -314,6 +315,7 @@ static ffi::Error UkTreeImpl(
     ffi::Buffer<ffi::F64> reference, ffi::Buffer<ffi::F64> armature, ffi::Buffer<ffi::F64> damping,
     ffi::Buffer<ffi::F64> stiffness, ffi::Buffer<ffi::F64> spring_ref, ffi::Buffer<ffi::F64> gravity,
     ffi::Buffer<ffi::F64> connect_anchors, ffi::Buffer<ffi::F64> tendon_coef, ffi::Buffer<ffi::F64> tendon_arm,
+    ffi::Buffer<ffi::F64> gains,  // Baumgarte's α, β on the connect rows
     // the states (n, B), the forces applied from outside (n, B) and further rows A (r, n, B), b (r, B)
     ffi::Buffer<ffi::F64> Qpos, ffi::Buffer<ffi::F64> Qvel, ffi::Buffer<ffi::F64> Applied, ffi::Buffer<ffi::F64> RowsA,
     ffi::Buffer<ffi::F64> Rowsb, double alpha, double beta, double floor, double zero_row,
@@ -392,6 +394,7 @@ static ffi::Error UkTreeImpl(
   const double* applied = Applied.typed_data();
   const double* tc = tendon_coef.typed_data();
   const double* ta = tendon_arm.typed_data();
+  const double ga = gains.typed_data()[0], gb = gains.typed_data()[1];
   const double* rows_A = RowsA.typed_data();
   const double* rows_b = Rowsb.typed_data();
 
@@ -607,8 +610,13 @@ static ffi::Error UkTreeImpl(
         for (int u = 0; u < 3; ++u) A[(nquat.size() + 3 * e + u) * n + c] = col.v[u];
       }
       V3 bb = bias[0] - bias[1] + cross(rv, alpha1) - 2.0 * cross(w, rd) + cross(w, cross(w, rv));
-      V3 rhs = mtv(R1, bb);
-      for (int u = 0; u < 3; ++u) bvec[nquat.size() + 3 * e + u] = lanes(0.0) - rhs.v[u];
+      V3 rhs = mtv(R1, bb), phi = mtv(R1, rv);  // Φ, and Φ̇ = A q̇ below
+      for (int u = 0; u < 3; ++u) {
+        int row = int(nquat.size()) + 3 * e + u;
+        L phid = lanes(0.0);
+        for (int c = 0; c < n; ++c) phid += A[row * n + c] * qd[c];
+        bvec[row] = lanes(0.0) - rhs.v[u] - ga * phid - gb * phi.v[u];
+      }
     }
     for (int e = 0; e < r; ++e) {
       int row = int(nquat.size()) + 3 * k + e;
@@ -631,6 +639,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTree, UkTreeImpl,
                                   .Arg<ffi::Buffer<ffi::S64>>()
                                   .Arg<ffi::Buffer<ffi::S64>>()
                                   .Arg<ffi::Buffer<ffi::S64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
                                   .Arg<ffi::Buffer<ffi::F64>>()
                                   .Arg<ffi::Buffer<ffi::F64>>()
                                   .Arg<ffi::Buffer<ffi::F64>>()

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._constraints import AbstractConstraint, stack_rows
+from .._constraints import AbstractConstraint, Baumgarte, stack_rows
 from .._core import UKSolution
 from .._linalg import negligible, rank_tolerance
 from .._systems import ConstrainedSystem, Forced
@@ -147,23 +147,25 @@ def _inner(system):
 
 
 class Parts(NamedTuple):
-    """A system as the kernel takes it: the tree, the `Connect` constraints it models, and the
-    other equality constraints, whose rows are evaluated in XLA."""
+    """A system as the kernel takes it: the tree, the `Connect` constraints it models, the
+    other equality constraints, whose rows are evaluated in XLA, and the Baumgarte gains over
+    all of them."""
 
     tree: RigidBodyTree
     connects: tuple[Connect, ...]
     others: tuple[AbstractConstraint, ...]
+    stabilization: Baumgarte | None
 
 
 def covered(system) -> Parts | None:
     """`system` in the parts `kernels.cc` takes, or None. It takes a `RigidBodyTree` (fixed
     tendons included) under one `ConstrainedSystem` of equality constraints or none (joint
     solve by SVD, no non-ideal force), driven or not by forces (`Forced`, `Actuated`); what it
-    does not model itself (applied forces, tendon forces, rows other than `Connect`'s, all
-    rows under Baumgarte stabilization) is evaluated in XLA and handed to it."""
-    constraints, stabilized = (), False
+    does not model itself (applied forces, tendon forces, rows other than `Connect`'s, and
+    all rows under Baumgarte gains given per row) is evaluated in XLA and handed to it."""
+    constraints, stabilization = (), None
     if isinstance(system, ConstrainedSystem):
-        constraints, stabilized = system.constraints, system.stabilization is not None
+        constraints, stabilization = system.constraints, system.stabilization
         if (
             system.nonideal is not None
             or system.method != "svd"
@@ -176,12 +178,14 @@ def covered(system) -> Parts | None:
         tree = tree.system
     if type(tree) is not RigidBodyTree:
         return None
-    if stabilized:  # Baumgarte's terms need every row's Φ and Φ̇: all rows from XLA
-        return Parts(tree, (), constraints)
+    if stabilization is not None and (stabilization.alpha.ndim or stabilization.beta.ndim):
+        # gains per row follow the constraints' order, not the kernel's: all rows from XLA
+        return Parts(tree, (), constraints, stabilization)
     return Parts(
         tree,
         tuple(c for c in constraints if type(c) is Connect),
         tuple(c for c in constraints if type(c) is not Connect),
+        stabilization,
     )
 
 
@@ -196,8 +200,7 @@ def _outside(system, parts: Parts, t, q, qd):
     if not parts.others:
         return total, jnp.zeros((0, q.shape[0]), q.dtype), jnp.zeros(0, q.dtype)
     rows = stack_rows(parts.others, _inner(system), t, q, qd)
-    stabilization = getattr(system, "stabilization", None)
-    return total, rows.A, rows.b if stabilization is None else stabilization.apply(rows)
+    return total, rows.A, rows.b if parts.stabilization is None else parts.stabilization.apply(rows)
 
 
 def runs(system, dtypes) -> Parts | None:
@@ -253,6 +256,10 @@ def _call(parts: Parts, q: Float[Array, "n B"], qd: Float[Array, "n B"], outside
         jnp.stack(anchors) if anchors else jnp.zeros((0, 2, 3), q.dtype),
         tree.tendon_coefficients,
         tree.tendon_armature,
+        # Baumgarte's α, β on the connect rows (zero: none)
+        jnp.zeros(2)
+        if parts.stabilization is None
+        else jnp.stack([parts.stabilization.alpha, parts.stabilization.beta]),
     )
     p = len(tree._quaternions()) + 3 * len(connects) + outside[1].shape[0]
     outputs = (
