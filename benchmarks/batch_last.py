@@ -696,11 +696,12 @@ def kernel_solve(d: LaneDynamics, parents: tuple[int, ...]) -> Float[Array, "n B
     (n, B), p = d.Q.shape, d.A.shape[0]
     size = -(-B // _CHUNK) * _CHUNK
     padded = [jnp.concatenate([x, jnp.repeat(x[..., -1:], size - B, axis=-1)], -1) for x in d]
-    shapes = (jax.ShapeDtypeStruct((n, size), d.Q.dtype),) * 2 + (jax.ShapeDtypeStruct((2, size), d.Q.dtype),)
+    # the results batch first, as the library's kernel writes them
+    shapes = (jax.ShapeDtypeStruct((size, n), d.Q.dtype),) * 2 + (jax.ShapeDtypeStruct((size, 2), d.Q.dtype),)
     floor = np.float64(rank_tolerance(max(p, 1), d.Q.dtype))
     zero_row = np.float64(negligible(p, n, d.Q.dtype) ** 2)
     call = jax.ffi.ffi_call("uk_lanes", shapes)
-    return call(*padded, jnp.asarray(parents, jnp.int64), floor=floor, zero_row=zero_row)[0][:, :B]
+    return call(*padded, jnp.asarray(parents, jnp.int64), floor=floor, zero_row=zero_row)[0][:B].T
 
 
 def tree_kernel(system):
@@ -712,8 +713,9 @@ def tree_kernel(system):
         return None
 
     def acceleration(q, qd):
-        outside = jax.vmap(lambda q, qd: kernels._outside(system, parts, 0.0, q, qd), 1, -1)(q, qd)
-        return kernels._call(parts, q, qd, outside)[0]
+        q, qd = q.T, qd.T  # the library's kernel takes the batch first
+        outside = jax.vmap(lambda q, qd: kernels._outside(system, parts, 0.0, q, qd))(q, qd)
+        return kernels._call(parts, q, qd, outside)[0].T
 
     return acceleration
 

@@ -4,7 +4,8 @@
 #include "../../ukjax/_robots/kernels.cc"
 
 // The solve alone for `B` states given as arrays, the batch last: M (n, n, B) of which the tree's
-// pattern is read, Q (n, B), A (p, n, B), b (p, B), and M's elimination tree `parents` (n).
+// pattern is read, Q (n, B), A (p, n, B), b (p, B), and M's elimination tree `parents` (n); the
+// results batch first, as the library's kernel gives them.
 static ffi::Error UkLanesImpl(ffi::Buffer<ffi::F64> M, ffi::Buffer<ffi::F64> Q, ffi::Buffer<ffi::F64> A,
                               ffi::Buffer<ffi::F64> b, ffi::Buffer<ffi::S64> parents, double floor, double zero_row,
                               ffi::ResultBuffer<ffi::F64> qacc, ffi::ResultBuffer<ffi::F64> force,
@@ -31,7 +32,7 @@ static ffi::Error UkLanesImpl(ffi::Buffer<ffi::F64> M, ffi::Buffer<ffi::F64> Q, 
       for (int c = 0; c < n; ++c) load(Ac[(size_t)i * n + c], a + (i * n + c) * B, b0);
     }
     solver.solve(E, Qc, Ac, bc, floor, zero_row);
-    solver.store(qacc->typed_data(), force->typed_data(), health->typed_data(), B, b0);
+    solver.store(qacc->typed_data(), force->typed_data(), health->typed_data(), b0);
   }
   return ffi::Error::Success();
 }

@@ -294,11 +294,13 @@ struct Solver {
     for (int c = 0; c < n; ++c) x[c] += z[c];
   }
 
-  // this chunk's results into the (n, B), (n, B) and (2, B) outputs from lane b0
-  void store(double* qacc, double* force, double* health, int64_t B, int64_t b0) const {
-    for (int c = 0; c < n; ++c)
-      for (int l = 0; l < C; ++l) qacc[c * B + b0 + l] = x[c].x[l], force[c * B + b0 + l] = f[c].x[l];
-    for (int l = 0; l < C; ++l) health[b0 + l] = inconsistency.x[l], health[B + b0 + l] = fault.x[l];
+  // this chunk's results into the (B, n), (B, n) and (B, 2) outputs from member b0: the batch
+  // first, as `vmap` holds it, so that no transposition surrounds the call
+  void store(double* qacc, double* force, double* health, int64_t b0) const {
+    for (int l = 0; l < C; ++l) {
+      for (int c = 0; c < n; ++c) qacc[(b0 + l) * n + c] = x[c].x[l], force[(b0 + l) * n + c] = f[c].x[l];
+      health[2 * (b0 + l)] = inconsistency.x[l], health[2 * (b0 + l) + 1] = fault.x[l];
+    }
   }
 };
 
@@ -316,7 +318,7 @@ static ffi::Error UkTreeImpl(
     ffi::Buffer<ffi::F64> stiffness, ffi::Buffer<ffi::F64> spring_ref, ffi::Buffer<ffi::F64> gravity,
     ffi::Buffer<ffi::F64> connect_anchors, ffi::Buffer<ffi::F64> tendon_coef, ffi::Buffer<ffi::F64> tendon_arm,
     ffi::Buffer<ffi::F64> gains,  // Baumgarte's α, β on the connect rows
-    // the states (n, B), the forces applied from outside (n, B) and further rows A (r, n, B), b (r, B)
+    // the states (B, n), the forces applied from outside (B, n) and further rows A (B, r, n), b (B, r)
     ffi::Buffer<ffi::F64> Qpos, ffi::Buffer<ffi::F64> Qvel, ffi::Buffer<ffi::F64> Applied, ffi::Buffer<ffi::F64> RowsA,
     ffi::Buffer<ffi::F64> Rowsb, double alpha, double beta, double floor, double zero_row,
     ffi::ResultBuffer<ffi::F64> qacc, ffi::ResultBuffer<ffi::F64> force, ffi::ResultBuffer<ffi::F64> health) {
@@ -324,8 +326,8 @@ static ffi::Error UkTreeImpl(
   const int J = int(joint_body.dimensions()[0]);
   const int k = int(connect_bodies.dimensions()[0]);
   const int T = int(tendon_arm.dimensions()[0]);
-  const int r = int(Rowsb.dimensions()[0]);
-  const int64_t n = Qpos.dimensions()[0], B = Qpos.dimensions()[1];
+  const int r = int(Rowsb.dimensions()[1]);
+  const int64_t B = Qpos.dimensions()[0], n = Qpos.dimensions()[1];
   if (B % C) return ffi::Error::InvalidArgument("the batch must be a multiple of the lanes per chunk");
   const int64_t* par = parents.typed_data();
   const int64_t* jb = joint_body.typed_data();
@@ -408,7 +410,7 @@ static ffi::Error UkTreeImpl(
 
   for (int64_t b0 = 0; b0 < B; b0 += C) {
     for (int c = 0; c < n; ++c)
-      for (int l = 0; l < C; ++l) q[c].x[l] = qpos[c * B + b0 + l], qd[c].x[l] = qvel[c * B + b0 + l];
+      for (int l = 0; l < C; ++l) q[c].x[l] = qpos[(b0 + l) * n + c], qd[c].x[l] = qvel[(b0 + l) * n + c];
     // kinematics: each body's frame in its parent's, its joints applied in order
     for (int i = 0; i < b; ++i) {
       bool free = false;
@@ -532,7 +534,7 @@ static ffi::Error UkTreeImpl(
       if (par[i] >= 0) wrench[par[i]] = s6add(wrench[par[i]], wrench[i]);
     for (int c = 0; c < n; ++c) {
       Qf[c] = lanes(0.0) - s6dot(S[c], wrench[cbody[c]]);
-      for (int l = 0; l < C; ++l) Qf[c].x[l] += applied[c * B + b0 + l];
+      for (int l = 0; l < C; ++l) Qf[c].x[l] += applied[(b0 + l) * n + c];
     }
     // armature and damping per degree of freedom, springs on hinges and slides
     for (int j = 0; j < J; ++j) {
@@ -621,12 +623,12 @@ static ffi::Error UkTreeImpl(
     for (int e = 0; e < r; ++e) {
       int row = int(nquat.size()) + 3 * k + e;
       for (int l = 0; l < C; ++l) {
-        bvec[row].x[l] = rows_b[e * B + b0 + l];
-        for (int c = 0; c < n; ++c) A[row * n + c].x[l] = rows_A[(e * n + c) * B + b0 + l];
+        bvec[row].x[l] = rows_b[(b0 + l) * r + e];
+        for (int c = 0; c < n; ++c) A[row * n + c].x[l] = rows_A[((b0 + l) * r + e) * n + c];
       }
     }
     solver.solve(E, Qf, A, bvec, floor, zero_row);
-    solver.store(qacc->typed_data(), force->typed_data(), health->typed_data(), B, b0);
+    solver.store(qacc->typed_data(), force->typed_data(), health->typed_data(), b0);
   }
   return ffi::Error::Success();
 }

@@ -216,18 +216,16 @@ def runs(system, dtypes) -> Parts | None:
     return parts if _built() else None
 
 
-def _call(parts: Parts, q: Float[Array, "n B"], qd: Float[Array, "n B"], outside=None):
-    """The kernel on (n, B) states, handed `outside = (F, A, b)` (n, B), (r, n, B), (r, B) as
-    `_outside` gives them (default: nothing): `(q̈, constraint force)`, (n, B) each, and
-    `(inconsistency, mass fault)`, (2, B)."""
-    n, B = q.shape
+def _call(parts: Parts, q: Float[Array, "B n"], qd: Float[Array, "B n"], outside=None):
+    """The kernel on `B` states, the batch first as `vmap` holds it, handed `outside = (F, A,
+    b)`, shapes (B, n), (B, r, n), (B, r), as `_outside` gives them under `vmap` (default:
+    nothing): `(q̈, constraint force)`, (B, n) each, and `(inconsistency, mass fault)`, (B, 2)."""
+    B, n = q.shape
     if outside is None:
-        outside = (jnp.zeros_like(q), jnp.zeros((0, n, B), q.dtype), jnp.zeros((0, B), q.dtype))
+        outside = (jnp.zeros_like(q), jnp.zeros((B, 0, n), q.dtype), jnp.zeros((B, 0), q.dtype))
     lanes = 1 if B == 1 else _LANES
     size = -(-B // lanes) * lanes
-    q, qd, *outside = (
-        jnp.concatenate([x, jnp.repeat(x[..., -1:], size - B, -1)], -1) for x in (q, qd, *outside)
-    )
+    q, qd, *outside = (jnp.concatenate([x, jnp.repeat(x[-1:], size - B, 0)]) for x in (q, qd, *outside))
     tree, connects = parts.tree, parts.connects
     i64 = functools.partial(np.asarray, dtype=np.int64)
     structure = (
@@ -263,9 +261,9 @@ def _call(parts: Parts, q: Float[Array, "n B"], qd: Float[Array, "n B"], outside
     )
     p = len(tree._quaternions()) + 3 * len(connects) + outside[1].shape[0]
     outputs = (
-        jax.ShapeDtypeStruct((n, size), q.dtype),
-        jax.ShapeDtypeStruct((n, size), q.dtype),
-        jax.ShapeDtypeStruct((2, size), q.dtype),
+        jax.ShapeDtypeStruct((size, n), q.dtype),
+        jax.ShapeDtypeStruct((size, n), q.dtype),
+        jax.ShapeDtypeStruct((size, 2), q.dtype),
     )
     alpha, beta = NORM_GAINS
     results = jax.ffi.ffi_call(_target(lanes), outputs)(
@@ -279,7 +277,7 @@ def _call(parts: Parts, q: Float[Array, "n B"], qd: Float[Array, "n B"], outside
         floor=np.float64(rank_tolerance(max(p, 1), q.dtype)),
         zero_row=np.float64(negligible(p, n, q.dtype) ** 2),
     )
-    return tuple(x[:, :B] for x in results)
+    return tuple(x[:B] for x in results)
 
 
 def _xla(system, t, q, qd):
@@ -293,16 +291,16 @@ def _xla(system, t, q, qd):
 
 def _mapped(static):
     """The solve as a function of the system's arrays and one state, by the kernel for one
-    state, with a batching rule that runs the kernel once over the batch (the batch moved to
-    the last axis and back: no slower per member than the batch-last call,
-    `benchmarks/batch_last.py`); members with parameters of their own take the XLA route."""
+    state, with a batching rule that runs the kernel once over the batch as `vmap` holds it
+    (the batch first: the kernel reads and writes its members in that layout); members with
+    parameters of their own take the XLA route."""
 
     def kernel(arrays, t, q, qd):
         system = eqx.combine(arrays, static)
         parts = covered(system)  # read from the arrays this call traces
         outside = _outside(system, parts, t, q, qd)
-        single = _call(parts, q[:, None], qd[:, None], tuple(x[..., None] for x in outside))
-        return tuple(x[:, 0] for x in single)
+        single = _call(parts, q[None], qd[None], tuple(x[None] for x in outside))
+        return tuple(x[0] for x in single)
 
     one = jax.custom_batching.custom_vmap(kernel)
 
@@ -318,8 +316,7 @@ def _mapped(static):
         axes = (0 if batched[1] else None, *(0 if b else None for b in batched[2:]))
         outside = jax.vmap(lambda t, q, qd: _outside(system, parts, t, q, qd), axes, axis_size=size)(t, q, qd)
         q, qd = (x if b else jnp.broadcast_to(x, (size, *x.shape)) for x, b in zip((q, qd), batched[2:]))
-        outside = tuple(jnp.moveaxis(x, 0, -1) for x in outside)
-        return tuple(x.T for x in _call(parts, q.T, qd.T, outside)), (True, True, True)
+        return _call(parts, q, qd, outside), (True, True, True)
 
     return one
 
