@@ -280,7 +280,11 @@ def simulate(
     and `jax.grad` through it. Faults are detected at every step, not only at the saved
     times: a mass matrix that stops being positive definite, dependent rows under
     `method="cholesky"` and a non-finite acceleration stop the solve where they occur;
-    inconsistent constraints are reported at the end.
+    inconsistent constraints are reported at the end. A robot tree (a
+    [`ukjax.models.RigidBodyTree`][] under equality constraints, driven or not) runs on a
+    compiled C++ kernel on CPUs, once per batch under `jax.vmap` (built on first use with
+    `g++`; `UKJAX_KERNELS=0` chooses the XLA route; "Batches and devices" on the documentation
+    site); its derivatives come from the XLA route.
 
     **Arguments:**
 
