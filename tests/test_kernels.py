@@ -1,6 +1,9 @@
 """The compiled tree kernel (`ukjax/_robots/kernels.cc`) against the library's XLA route, which
 the MuJoCo, Pinocchio and KKT tests check, on a tree with every joint kind and loops."""
 
+import os
+import subprocess
+import sys
 import warnings
 
 import equinox as eqx
@@ -173,3 +176,25 @@ def test_a_failed_member_leaves_the_batch_on_the_kernel(loops):
     for member in (0, 2):
         alone = ukjax.simulate(system, q[member], qd[member], 0.0, 0.05, ts=ts, dt0=1e-3, adaptive=False)
         assert _relative(sol.q[member], alone.q) < 1e-12
+
+
+def test_without_a_compiler_the_xla_route_runs_and_says_so(tmp_path):
+    # a fresh process: the build is tried once per process, and its cache is the temporary one
+    script = """
+import warnings, jax, jax.numpy as jnp
+jax.config.update("jax_enable_x64", True)
+from ukjax import models
+from ukjax._robots import kernels
+tree = models.from_mjcf('''<mujoco><worldbody><body><joint type="hinge" axis="0 1 0"/>
+<geom type="sphere" size="0.1" pos="0 0 -1" mass="1"/></body></worldbody></mujoco>''').system
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    mapped = jax.vmap(lambda q: kernels.solve(tree, 0.0, q, q).acceleration)
+    text = jax.jit(mapped).lower(jnp.ones((4, 1))).as_text()
+print("kernel" if "ukjax_tree" in text else "xla", *(str(w.message) for w in caught), sep="\\n")
+"""
+    env = dict(os.environ, CXX=str(tmp_path / "no-such-compiler"), XDG_CACHE_HOME=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    route, *messages = out.stdout.splitlines()
+    assert route == "xla"
+    assert any("could not build its tree kernel" in m and "no-such-compiler" in m for m in messages)

@@ -163,8 +163,7 @@ def simulate_batch(
     axes = jax.tree.map(lambda axis: None if axis is None else 0, axes, is_leaf=_absent)
     per_device = -(-batch // len(devices))
     shared = not any(axis is not None for axis in jax.tree.leaves(axes, is_leaf=_absent))
-    dtypes = {x.dtype for x in jax.tree.leaves(arrays) if eqx.is_inexact_array(x)} | {q0.dtype}
-    if shared and devices[0].platform == "cpu" and kernels.runs(system, dtypes) is not None:
+    if shared and devices[0].platform == "cpu" and kernels.runs(system, q0.dtype) is not None:
         chunk = per_device  # the kernel takes the device's members in chunks of its own
     else:
         chunk = _chunk(per_device, q0.shape[1], q0.dtype, devices[0].platform)

@@ -117,14 +117,16 @@ def _built() -> bool:
                     for lanes, library in libraries.items()
                 }
                 for lanes, build in builds.items():
-                    if build.wait():
-                        raise subprocess.CalledProcessError(
-                            build.returncode, command, stderr=build.stderr.read()
-                        )
+                    _, errors = build.communicate()  # read while waiting: a full pipe would stall it
+                    if build.returncode:
+                        raise subprocess.CalledProcessError(build.returncode, command, stderr=errors)
                     os.replace(Path(scratch) / libraries[lanes].name, libraries[lanes])
         handles = {lanes: ctypes.cdll.LoadLibrary(str(library)) for lanes, library in libraries.items()}
     except (OSError, subprocess.CalledProcessError) as error:
-        reason = error.stderr.strip()[-1000:] if isinstance(error, subprocess.CalledProcessError) else error
+        if isinstance(error, subprocess.CalledProcessError):
+            reason = error.stderr.strip()[-1000:] or f"exit status {error.returncode}"
+        else:
+            reason = error
         warnings.warn(
             f"ukjax could not build its tree kernel with {compiler!r} ({reason}). Robot trees run on the "
             "XLA route, several times slower and longer to compile; set CXX to a C++17 compiler, or "
@@ -203,15 +205,13 @@ def _outside(system, parts: Parts, t, q, qd):
     return total, rows.A, rows.b if parts.stabilization is None else parts.stabilization.apply(rows)
 
 
-def runs(system, dtypes) -> Parts | None:
-    """`covered(system)` where the kernel runs for it: every array of the system and the states
-    in float64 (`dtypes`), the kernel not turned off (`UKJAX_KERNELS=0`) and built."""
+def runs(system, dtype) -> Parts | None:
+    """`covered(system)` where the kernel runs for it with states of `dtype`: every array of
+    the system and the states in float64, the kernel not turned off (`UKJAX_KERNELS=0`) and
+    built."""
     parts = covered(system)
-    if (
-        parts is None
-        or set(dtypes) != {jnp.dtype(jnp.float64)}
-        or os.environ.get("UKJAX_KERNELS", "1") == "0"
-    ):
+    dtypes = {x.dtype for x in jax.tree.leaves(system) if eqx.is_inexact_array(x)} | {jnp.dtype(dtype)}
+    if parts is None or dtypes != {jnp.dtype(jnp.float64)} or os.environ.get("UKJAX_KERNELS", "1") == "0":
         return None
     return parts if _built() else None
 
@@ -339,8 +339,7 @@ def solve(system, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> UKSolutio
     """`system.solve(t, q, qd)`, by the compiled kernel where it runs for `system` (`runs`) on
     a CPU: for one state, and under `jax.vmap` once for the whole batch. Derivatives come
     from the XLA route."""
-    dtypes = {x.dtype for x in jax.tree.leaves(system) if eqx.is_inexact_array(x)} | {q.dtype, qd.dtype}
-    if jax.default_backend() != "cpu" or runs(system, dtypes) is None:
+    if jax.default_backend() != "cpu" or qd.dtype != q.dtype or runs(system, q.dtype) is None:
         return system.solve(t, q, qd)
     acceleration, force, (inconsistency, fault) = _solve(system, t, q, qd)
     return UKSolution(acceleration, force, inconsistency, fault == 0, jnp.array(True))
