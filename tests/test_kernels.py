@@ -172,7 +172,7 @@ def test_a_failed_member_leaves_the_batch_on_the_kernel(loops):
     ts = jnp.linspace(0.0, 0.05, 3)
     sol = ukjax.simulate_batch(system, q, qd, 0.0, 0.05, ts=ts, dt0=1e-3, adaptive=False)
     assert sol.status.tolist() == [ukjax.Status.SUCCESS, ukjax.Status.NONFINITE_STATE, ukjax.Status.SUCCESS]
-    # each good member as a single run on the XLA route
+    # each good member as a single run (on the kernel built for one lane)
     for member in (0, 2):
         alone = ukjax.simulate(system, q[member], qd[member], 0.0, 0.05, ts=ts, dt0=1e-3, adaptive=False)
         assert _relative(sol.q[member], alone.q) < 1e-12
