@@ -44,7 +44,9 @@ from .equalities import Connect
 from .tree import NORM_GAINS, RigidBodyTree
 
 _SOURCE = Path(__file__).with_name("kernels.cc")
-_LANES = 32  # `C` in kernels.cc: the batch is padded to a multiple
+# `C` in kernels.cc: a batch is padded to a multiple. One state runs on a build of one lane: on
+# Cassie 36 µs against 168 for a padded chunk (eight states: 237 µs one by one, 174 as a chunk).
+_LANES = 32
 _KINDS = {"hinge": 0, "slide": 1, "ball": 2, "free": 3}
 
 
