@@ -714,7 +714,7 @@ def tree_kernel(system):
 
     def acceleration(q, qd):
         q, qd = q.T, qd.T  # the library's kernel takes the batch first
-        outside = jax.vmap(lambda q, qd: kernels._outside(system, parts, 0.0, q, qd))(q, qd)
+        outside = jax.vmap(lambda q, qd: kernels._outside(parts, 0.0, q, qd))(q, qd)
         return kernels._call(parts, q, qd, outside)[0].T
 
     return acceleration

@@ -37,7 +37,7 @@ from jaxtyping import Array, Float
 from .._constraints import AbstractConstraint, Baumgarte, stack_rows
 from .._core import UKSolution
 from .._linalg import negligible, rank_tolerance
-from .._systems import ConstrainedSystem, Forced
+from .._systems import AbstractSystem, ConstrainedSystem, Forced
 from .._unilateral import AbstractUnilateral
 from .actuators import Actuated
 from .equalities import Connect
@@ -146,16 +146,15 @@ def _target(lanes: int) -> str:
     return f"ukjax_tree_{lanes}"
 
 
-def _inner(system):
-    return system.system if isinstance(system, ConstrainedSystem) else system
-
-
 class Parts(NamedTuple):
-    """A system as the kernel takes it: the tree, the `Connect` constraints it models, the
-    other equality constraints, whose rows are evaluated in XLA, and the Baumgarte gains over
-    all of them."""
+    """A system as the kernel takes it: the tree; the wrappers that drive it (`Forced`,
+    `Actuated`), outermost first, the last wrapping the tree, and the system they make
+    (`driven`); the `Connect` constraints it models, the other equality constraints, whose rows
+    are evaluated in XLA, and the Baumgarte gains over all of them."""
 
     tree: RigidBodyTree
+    drivers: tuple[Forced | Actuated, ...]
+    driven: AbstractSystem
     connects: tuple[Connect, ...]
     others: tuple[AbstractConstraint, ...]
     stabilization: Baumgarte | None
@@ -177,33 +176,37 @@ def covered(system) -> Parts | None:
             or any(isinstance(c, AbstractUnilateral) for c in constraints)
         ):
             return None
-    tree = _inner(system)
+    driven = tree = system.system if isinstance(system, ConstrainedSystem) else system
+    drivers = []
     while type(tree) in (Forced, Actuated):
+        drivers.append(tree)
         tree = tree.system
     if type(tree) is not RigidBodyTree:
         return None
     if stabilization is not None and (stabilization.alpha.ndim or stabilization.beta.ndim):
         # gains per row follow the constraints' order, not the kernel's: all rows from XLA
-        return Parts(tree, (), constraints, stabilization)
+        return Parts(tree, tuple(drivers), driven, (), constraints, stabilization)
     return Parts(
         tree,
+        tuple(drivers),
+        driven,
         tuple(c for c in constraints if type(c) is Connect),
         tuple(c for c in constraints if type(c) is not Connect),
         stabilization,
     )
 
 
-def _outside(system, parts: Parts, t, q, qd):
-    """What the kernel is handed for one state: the forces that the wrappers between `system`
-    and its tree and the tree's tendons apply, and the rows of the constraints it does not
-    model, `(F, A, b)`."""
-    total, inner = parts.tree._tendon_forces(q, qd), _inner(system)
-    while not isinstance(inner, RigidBodyTree):
-        total = total + (inner.force(t, q, qd) if isinstance(inner, Forced) else inner._actuation(t, q, qd))
-        inner = inner.system
+def _outside(parts: Parts, t, q, qd):
+    """What the kernel is handed for one state: the forces that the drivers and the tree's
+    tendons apply, and the rows of the constraints it does not model, `(F, A, b)`."""
+    total = parts.tree._tendon_forces(q, qd)
+    for driver in parts.drivers:
+        total = total + (
+            driver.force(t, q, qd) if isinstance(driver, Forced) else driver._actuation(t, q, qd)
+        )
     if not parts.others:
         return total, jnp.zeros((0, q.shape[0]), q.dtype), jnp.zeros(0, q.dtype)
-    rows = stack_rows(parts.others, _inner(system), t, q, qd)
+    rows = stack_rows(parts.others, parts.driven, t, q, qd)
     return total, rows.A, rows.b if parts.stabilization is None else parts.stabilization.apply(rows)
 
 
@@ -298,9 +301,8 @@ def _mapped(static):
     parameters of their own take the XLA route."""
 
     def kernel(arrays, t, q, qd):
-        system = eqx.combine(arrays, static)
-        parts = covered(system)  # read from the arrays this call traces
-        outside = _outside(system, parts, t, q, qd)
+        parts = covered(eqx.combine(arrays, static))  # read from the arrays this call traces
+        outside = _outside(parts, t, q, qd)
         single = _call(parts, q[None], qd[None], tuple(x[None] for x in outside))
         return tuple(x[0] for x in single)
 
@@ -313,10 +315,9 @@ def _mapped(static):
             return jax.vmap(lambda a, *state: _xla(eqx.combine(a, static), *state), in_axes=axes)(
                 arrays, t, q, qd
             ), (True, True, True)
-        system = eqx.combine(arrays, static)
-        parts = covered(system)
+        parts = covered(eqx.combine(arrays, static))
         axes = (0 if batched[1] else None, *(0 if b else None for b in batched[2:]))
-        outside = jax.vmap(lambda t, q, qd: _outside(system, parts, t, q, qd), axes, axis_size=size)(t, q, qd)
+        outside = jax.vmap(lambda t, q, qd: _outside(parts, t, q, qd), axes, axis_size=size)(t, q, qd)
         q, qd = (x if b else jnp.broadcast_to(x, (size, *x.shape)) for x, b in zip((q, qd), batched[2:]))
         return _call(parts, q, qd, outside), (True, True, True)
 
