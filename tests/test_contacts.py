@@ -16,40 +16,52 @@ G = 9.81
 
 
 class PointMass(ukjax.AbstractUnconstrainedSystem):
-    """A point mass in the plane (x along a floor, y above it) under a gravity vector, and a
-    force per unit mass growing as `ramp t`: on an incline of angle θ, gravity is
-    g (sin θ, −cos θ) in the incline's axes."""
+    """Point masses in the plane (x along a floor, y above it; `(x₁, y₁, x₂, …)`) under a
+    gravity vector, the first pushed by a force per unit mass growing as `ramp t`: on an
+    incline of angle θ, gravity is g (sin θ, −cos θ) in the incline's axes."""
 
     mass: jax.Array
     gravity: jax.Array
     ramp: jax.Array
 
     def mass_matrix(self, t, q):
-        return self.mass * jnp.eye(2, dtype=q.dtype)
+        return jnp.diag(jnp.repeat(jnp.atleast_1d(self.mass), 2)).astype(q.dtype)
 
     def forces(self, t, q, qd):
-        return self.mass * (self.gravity + self.ramp * t).astype(q.dtype)
+        masses = jnp.atleast_1d(self.mass)
+        push = jnp.zeros_like(q).at[:2].set(self.ramp * t)
+        return jnp.repeat(masses, 2) * (jnp.tile(self.gravity, masses.size) + push).astype(q.dtype)
 
 
 def _height(t, q):
-    return q[1]
+    return q[1::2]
 
 
 def _slip(t, q, qd):
-    return qd[0]
+    return qd[0::2]
 
 
-def _on_floor(mass, gravity, restitution, friction, ramp=(0.0, 0.0)):
+def _on_floor(mass, gravity, restitution, friction, ramp=(0.0, 0.0), companion=1.0):
+    """The point on the floor, and beside it a companion of mass `companion` that rests far
+    away on the same floor (frictional enough to stick on any incline here, plastic)."""
     # the gap and slip as module-level functions: every such system has one structure, so one
     # compiled simulation serves the tests that share shapes
-    floor = ukjax.Unilateral(_height, restitution=restitution, friction=friction, slip=_slip)
-    point = PointMass(*(jnp.asarray(x, float) for x in (mass, gravity, ramp)))
+    pair = lambda a, b: jnp.stack(jnp.broadcast_arrays(jnp.asarray(a, float), jnp.asarray(b, float)), axis=-1)  # noqa: E731
+    floor = ukjax.Unilateral(
+        _height, restitution=pair(restitution, 0.0), friction=pair(friction, 1.0), slip=_slip
+    )
+    point = PointMass(pair(mass, companion), jnp.asarray(gravity, float), jnp.asarray(ramp, float))
     return ukjax.ConstrainedSystem(point, floor)
 
 
 def _batch(values):
     """One system whose leaves carry a batch: the members' masses, gravities, coefficients."""
     return _on_floor(*(np.array(v, float) for v in zip(*values)))
+
+
+def _start(q, qd):
+    """The point's start, the companion resting at x = 10 on the floor."""
+    return np.r_[q, 10.0, 0.0], np.r_[qd, 0.0, 0.0]
 
 
 H, E, THETA = 1.0, 0.5, 0.5
@@ -66,6 +78,11 @@ THROWN, STEP = np.array([2.0, 0.2, 0.5]), 1e-6
 THROWN_START = (np.array([0.0, H]), np.array([3.0, 0.0]))
 # a ten-tonne mass on the floor, lifted by a force growing to twice its weight at t = 1
 HEAVY, LIFT = 1e4, (0.0, 2 * G)
+# a gram beside a tonne (on the incline) and beside a thousand tonnes (lifted)
+GRAM, TONNE = 1e-3, 1e3
+# a unit mass landing from H while moving along the floor at 1 m/s, with μ = 0.5
+LANDING = (np.array([0.0, H]), np.array([1.0, 0.0]))
+SLOPE = (G * np.sin(THETA), -G * np.cos(THETA))  # gravity in the incline's axes
 
 
 @pytest.fixture(scope="module")
@@ -73,15 +90,15 @@ def closed_forms():
     """Members with their contacts at different times and in different modes, simulated
     together: a ball dropped from H with e = 0.5 and with e = 0; a block on an incline of
     θ = 0.5 rad with μ = 0.7 > tan θ (sticks) and μ = 0.3 (slides); the heavy mass lifted off;
-    and the thrown ball with each of its mass, μ and e moved by ±STEP (for the
-    derivatives)."""
-    incline = (G * np.sin(THETA), -G * np.cos(THETA))
+    the thrown ball with each of its mass, μ and e moved by ±STEP (for the derivatives); the
+    landing with e = 0 and e = 0.5; a gram sliding on the incline beside a resting tonne, and
+    a gram lifted beside a thousand tonnes."""
     still = (0.0, 0.0)
     members = [
         (2.0, DOWN, E, 0.3, still),
         (2.0, DOWN, 0.0, 0.3, still),
-        (3.0, incline, 0.0, 0.7, still),
-        (3.0, incline, 0.0, 0.3, still),
+        (3.0, SLOPE, 0.0, 0.7, still),
+        (3.0, SLOPE, 0.0, 0.3, still),
         (HEAVY, DOWN, 0.0, 0.3, LIFT),
     ]
     starts = [(0.0, H), (0.0, H), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0)]
@@ -92,7 +109,16 @@ def closed_forms():
             members.append((mass, DOWN, e, mu, still))
             starts.append(THROWN_START[0])
             velocities.append(THROWN_START[1])
-    return ukjax.simulate_batch(_batch(members), np.array(starts), np.array(velocities), 0.0, 1.5, ts=TS, system_axes=0)
+    for e in (0.0, 0.5):
+        members.append((1.0, DOWN, e, 0.5, still))
+        starts.append(LANDING[0])
+        velocities.append(LANDING[1])
+    members += [(GRAM, SLOPE, 0.0, 0.3, still, TONNE), (GRAM, DOWN, 0.0, 0.3, LIFT, TONNE * 1e3)]
+    starts += [(0.0, 0.0)] * 2
+    velocities += [(0.0, 0.0)] * 2
+    members = [m + (1.0,) * (6 - len(m)) for m in members]
+    q0, qd0 = (np.array(x) for x in zip(*map(_start, starts, velocities)))
+    return ukjax.simulate_batch(_batch(members), q0, qd0, 0.0, 1.5, ts=TS, system_axes=0)
 
 
 def test_a_dropped_ball_bounces_to_e_to_the_2n_of_its_height(closed_forms):
@@ -118,7 +144,7 @@ def test_with_e_zero_the_ball_rests_at_once(closed_forms):
     assert int(sol.contacts.events[1]) == 1
     np.testing.assert_allclose(float(sol.contacts.event_times[1, 0]), FALL, rtol=1e-10)
     after = TS > FALL
-    np.testing.assert_allclose(np.asarray(sol.q[1, after]), 0.0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(sol.q[1, after, :2]), 0.0, atol=1e-12)
     np.testing.assert_allclose(np.asarray(sol.contacts.normal[1, after, 0]), 2.0 * G, rtol=1e-12)
 
 
@@ -126,12 +152,25 @@ def test_a_run_out_of_events_says_so():
     """A ball allowed two events stops where a third would be (its third impact), with its
     status and the saves it reached; `throw` raises with what to do."""
     ball = _on_floor(2.0, DOWN, E, 0.3)
-    sol = ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, 1.5, ts=TS, max_events=2, throw=False)
+    sol = ukjax.simulate(ball, *_start([0.0, H], [0.0, 0.0]), 0.0, 1.5, ts=TS, max_events=2, throw=False)
     assert int(sol.status) == ukjax.Status.MAX_EVENTS_REACHED and int(sol.contacts.events) == 2
     reached = TS <= IMPACTS[2]
     assert np.all(np.isfinite(np.asarray(sol.q[reached]))) and not np.any(np.isfinite(np.asarray(sol.q[~reached])))
     with pytest.raises(RuntimeError, match="raise max_events"):
-        ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, 1.5, ts=TS, max_events=2)
+        ukjax.simulate(ball, *_start([0.0, H], [0.0, 0.0]), 0.0, 1.5, ts=TS, max_events=2)
+
+
+def test_a_start_inside_the_floor_is_moved_out_and_said():
+    """A ball started 0.5 m into the floor begins on it (its start projected out), and the run
+    says so: a warning with the depth, and `start_penetration` (not counted in
+    `penetration`). The program of the test above."""
+    ball = _on_floor(2.0, DOWN, E, 0.3)
+    with pytest.warns(RuntimeWarning, match="starts inside a contact or a joint limit .the run., by up to 5.00e-01"):
+        sol = ukjax.simulate(ball, *_start([0.0, -0.5], [0.0, 0.0]), 0.0, 1.5, ts=TS, max_events=2, throw=False)
+    assert int(sol.status) == ukjax.Status.SUCCESS
+    np.testing.assert_allclose(float(sol.contacts.start_penetration), 0.5, rtol=1e-12)
+    assert float(sol.contacts.penetration) <= 1e-9
+    np.testing.assert_allclose(np.asarray(sol.q[:, :2]), 0.0, atol=1e-12)
 
 
 def test_a_save_past_t1_by_rounding_is_made_and_one_past_it_by_more_is_refused():
@@ -142,12 +181,12 @@ def test_a_save_past_t1_by_rounding_is_made_and_one_past_it_by_more_is_refused()
     t1 = APEXES[1]
     ts = np.linspace(0.0, t1, TS.size)
     ts[-1] = np.nextafter(t1, np.inf)
-    sol = ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, t1, ts=ts, max_events=2)
+    sol = ukjax.simulate(ball, *_start([0.0, H], [0.0, 0.0]), 0.0, t1, ts=ts, max_events=2)
     assert float(sol.ts[-1]) == t1 and int(sol.contacts.events) == 2
     np.testing.assert_allclose(float(sol.q[-1, 1]), H * E**4, rtol=1e-8)
     for bad, match in ((ts + 1e-3, "must lie between"), (ts[::-1], "sorted in the direction")):
         with pytest.raises(ValueError, match=match):
-            ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, t1, ts=bad, max_events=2)
+            ukjax.simulate(ball, *_start([0.0, H], [0.0, 0.0]), 0.0, t1, ts=bad, max_events=2)
 
 
 def test_an_event_that_cannot_be_located_says_so():
@@ -375,30 +414,70 @@ def test_a_box_sticks_on_an_incline_wherever_coulomb_allows_it(boxes):
 
 def test_derivatives_through_impacts_and_sliding_match_central_differences(closed_forms):
     """The thrown ball at t = 1 s, after two sliding impacts: ∂q/∂(m, μ, e) in forward mode
-    through the events against central differences (the batch's last six members)."""
+    and in reverse mode (the default adjoint) through the events against central differences
+    (the batch's six members after the first five). Its companion rests sticking with zero
+    slip and zero friction force, where the norms' derivatives were NaN in reverse mode, and
+    μ enters the modes' search, which reverse mode cannot pass through."""
     import diffrax
 
-    def position(parameters):
+    def position(parameters, adjoint):
         mass, mu, e = parameters
         system = _on_floor(mass, DOWN, e, mu)
-        sol = ukjax.simulate(system, *THROWN_START, 0.0, 1.5, ts=TS, adjoint=diffrax.ForwardMode())
-        return sol.q[TS.tolist().index(1.0)]
+        sol = ukjax.simulate(system, *_start(*THROWN_START), 0.0, 1.5, ts=TS, adjoint=adjoint)
+        return sol.q[TS.tolist().index(1.0), :2]
 
-    jacobian = np.asarray(jax.jacfwd(position)(jnp.asarray(THROWN)))
-    q = np.asarray(closed_forms.q[5:, TS.tolist().index(1.0)])
+    forward = np.asarray(jax.jacfwd(lambda p: position(p, diffrax.ForwardMode()))(jnp.asarray(THROWN)))
+    reverse = np.asarray(jax.jacrev(lambda p: position(p, None))(jnp.asarray(THROWN)))
+    q = np.asarray(closed_forms.q[5:11, TS.tolist().index(1.0), :2])
     central = (q[0::2] - q[1::2]).T / (2 * STEP)
-    np.testing.assert_allclose(jacobian, central, rtol=1e-6, atol=1e-8)
+    for jacobian in (forward, reverse):
+        np.testing.assert_allclose(jacobian, central, rtol=1e-6, atol=1e-8)
     # the mass changes nothing here (it scales every force alike); μ moves x, e both x and y
-    assert min(abs(jacobian[0, 1]), abs(jacobian[0, 2]), abs(jacobian[1, 2])) > 1e-2
-    assert np.max(np.abs(jacobian[:, 0])) < 1e-12
+    assert min(abs(forward[0, 1]), abs(forward[0, 2]), abs(forward[1, 2])) > 1e-2
+    assert np.max(np.abs(forward[:, 0])) < 1e-12
+
+
+def test_a_landing_that_the_impulse_can_stop_sticks(closed_forms):
+    """Coulomb's law for impulses: a unit mass landing from H at 1 m/s along a floor with
+    μ = 0.5. The impulse that stops its slip (1 N s) is inside the cone (μ m √(2gH) = 2.2 N s),
+    so it sticks at the impact and stays where it landed (e = 0), or bounces straight up
+    (e = 0.5); a sliding impulse would have sent it back at −1.2 m/s."""
+    sol = closed_forms
+    for member, e in ((11, 0.0), (12, 0.5)):
+        t = np.asarray(sol.ts[member])
+        after = t > FALL
+        assert int(sol.status[member]) == ukjax.Status.SUCCESS
+        np.testing.assert_allclose(np.asarray(sol.contacts.event_times[member, 0]), FALL, rtol=1e-10)
+        np.testing.assert_allclose(np.asarray(sol.qd[member, after, 0]), 0.0, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(sol.q[member, after, 0]), FALL, rtol=1e-10)
+        impulse = np.sqrt(2 * G * H) * (1 + e)
+        np.testing.assert_allclose(float(sol.contacts.impulses[member, 0, 0]), impulse, rtol=1e-8)
+    # the bounce is straight up, to e² H at the first apex
+    np.testing.assert_allclose(float(sol.q[12, TS.tolist().index(APEXES[0]), 1]), 0.25 * H, rtol=1e-8)
+
+
+def test_a_light_body_moves_by_its_own_forces_beside_a_heavy_one(closed_forms):
+    """Each contact's stick–slip and lift-off decisions scale with its own forces: a gram on
+    the incline (μ = 0.3 < tan θ) slides with g (sin θ − μ cos θ) beside a resting tonne, and
+    a gram lifted by a force growing to twice its weight leaves the floor at t = 1/2 beside a
+    thousand tonnes, then rises as g (t − 1/2)³ / 3, as alone."""
+    sol = closed_forms
+    t = np.asarray(sol.ts[13])
+    assert np.all(np.asarray(sol.status[13:]) == ukjax.Status.SUCCESS)
+    a = G * (np.sin(THETA) - 0.3 * np.cos(THETA))
+    np.testing.assert_allclose(np.asarray(sol.q[13, :, 0]), 0.5 * a * t**2, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(float(sol.contacts.event_times[14, 0]), 0.5, rtol=1e-8)
+    np.testing.assert_allclose(np.asarray(sol.q[14, :, 1]), G * np.maximum(t - 0.5, 0) ** 3 / 3, rtol=1e-8, atol=1e-9)
+    # the heavy companions did not move
+    np.testing.assert_allclose(np.asarray(sol.q[13:, :, 2:]), np.broadcast_to([10.0, 0.0], (2, t.size, 2)), atol=1e-12)
 
 
 def test_the_command_line_simulates_the_file_with_its_contacts(scene, tmp_path, capsys):
-    """`ukjax simulate FILE --contacts`: the limits and contacts join the run (the program the
-    scene above compiled: same structure, same options), and it reports them."""
+    """`ukjax simulate FILE`: the file's limits and contacts join the run by default (the
+    program the scene above compiled: same structure, same options), and it reports them."""
     from ukjax._cli import main
 
-    main(["--no-cache", "simulate", SCENE, "--keyframe", "launched", "--contacts", "--t1", "1", "--saves", "21",
+    main(["--no-cache", "simulate", SCENE, "--keyframe", "launched", "--t1", "1", "--saves", "21",
           "--tol", "1e-8", "--quiet", "--out", str(tmp_path / "scene.png")])
     text = capsys.readouterr().out
     assert "13 unilateral rows" in text and "status SUCCESS" in text and "3 contact events" in text, text

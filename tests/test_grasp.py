@@ -26,19 +26,20 @@ T1 = 0.25  # before the slipping box reaches the floor 9 mm below
 
 def _load(keyframe):
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # every contact of the file is built
+        warnings.simplefilter("error")  # every contact of the file is built, box against box by corners
+        warnings.filterwarnings("ignore", "Contacts between capsules and boxes are met at sampled points")
         return ukjax.models.from_mjcf(GRASP, keyframe=keyframe)
 
 
 @pytest.fixture(scope="module")
 def grasp():
     """The box held (μ = 0.5), the box slipping (μ = 0.24), and the jaws closing on the box on
-    the floor, each squeezed by the motor with SQUEEZE, for T1: one program run three times
-    (the members' results stacked), which compiles in two thirds of a batch's time."""
+    the floor, each squeezed by the motor with SQUEEZE (the keyframes' `ctrl`: the file's whole
+    system as `full_system` builds it), for T1: one program run three times (the members'
+    results stacked), which compiles in two thirds of a batch's time."""
     model, opened = _load("holding"), _load("open")
-    system = ukjax.ConstrainedSystem(
-        model.controlled(lambda t, q, qd: jnp.array([SQUEEZE])), model.constraints + model.unilateral
-    )
+    np.testing.assert_array_equal(np.asarray(model.ctrl), [SQUEEZE])
+    system = model.full_system()
     ts = np.linspace(0, T1, 11)
     runs = [
         ukjax.simulate(
@@ -207,8 +208,7 @@ def test_every_shape_pair_from_a_file_and_its_rows():
     """Spheres, capsules and boxes on free bodies and fixed in the world, every pair: a sphere's
     centre against the other shape, capsules' end spheres and boxes' corners both ways; the
     rows in closed form against automatic differentiation at random states."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with pytest.warns(UserWarning, match=r"met at sampled points only.*\(5 geom pairs: .*rod–brick"):
         model = ukjax.models.from_mjcf(SHAPES)
     (contacts,) = model.unilateral
     assert set(contacts.kinds) == {"sphere", "capsule", "box"}
@@ -246,3 +246,31 @@ def test_condim_as_mujoco_mixes_it():
     assert friction["ball–pellet"] == 0 and friction["ball–post"] == friction["pellet–post"] == 1
     with pytest.warns(UserWarning, match=r"torsional and rolling friction \(condim 4 or 6\) of 5 geom pair"):
         ukjax.models.from_mjcf(SHAPES.replace('<geom name="ball" size="0.05"', '<geom name="ball" size="0.05" condim="6"'))
+
+
+FLOOR = """<mujoco><worldbody>
+  <body name="ground" pos="0 0 -0.2" euler="0 0 30"><geom name="floor" type="plane" size="5 5 0.1" friction="0.7"/></body>
+  <body name="ball" pos="0 0 0.5"><freejoint/><geom name="ball" size="0.1" mass="1" friction="0.7"/></body>
+</worldbody>{contact}</mujoco>"""
+
+
+def test_a_plane_on_a_static_body_and_an_explicit_pair_as_mujoco_reads_them():
+    """A plane on a body without joints is welded to the world (MuJoCo's static body): it is the
+    ball's floor, at its world height (it was dropped, and the ball fell through). An explicit
+    `<pair>` of the same two geoms replaces their dynamic contact, as in MuJoCo (one contact,
+    the pair's frictionless `condim="1"`), where both were imported."""
+    import mujoco
+
+    (floor,) = ukjax.models.from_mjcf(FLOOR.format(contact="")).unilateral
+    assert isinstance(floor, PlaneContacts) and floor.names == ("ball–floor",)
+    np.testing.assert_allclose(np.asarray(floor.normals), [[0, 0, 1]], atol=1e-15)
+    np.testing.assert_allclose(np.asarray(floor.offsets), [-0.2], atol=1e-15)
+    np.testing.assert_allclose(np.asarray(floor.friction), [0.7])
+    paired = FLOOR.format(contact='<contact><pair geom1="floor" geom2="ball" condim="1"/></contact>')
+    (floor,) = ukjax.models.from_mjcf(paired).unilateral
+    mj = mujoco.MjModel.from_xml_string(paired)
+    data = mujoco.MjData(mj)
+    data.qpos[2] = -0.11  # the ball into the floor: MuJoCo's contacts there
+    mujoco.mj_forward(mj, data)
+    assert data.ncon == 1 and data.contact[0].dim == 1
+    assert floor.names == ("ball–floor",) and float(floor.friction[0]) == 0.0

@@ -12,7 +12,7 @@ from jaxtyping import ArrayLike, Float, Real
 
 from ._jit import jit
 from ._robots import kernels
-from ._simulate import DEFAULT_TOL, Solution, simulate, warn_if_started_off
+from ._simulate import DEFAULT_TOL, Solution, simulate, warn_if_started_inside, warn_if_started_off
 from ._systems import AbstractSystem, check_state
 
 _AXIS = "batch"
@@ -179,6 +179,7 @@ def simulate_batch(
         arrays, static, axes, _pad(q0, size), _pad(qd0, size), times, numeric, options, mesh, chunk
     )
     solution = jax.tree.map(lambda x: x[:batch], solution)
+    warn_if_started_inside(solution, simulate_kwargs.get("atol", DEFAULT_TOL))
     warn_if_started_off(
         solution, q0, qd0, simulate_kwargs.get("rtol", DEFAULT_TOL), simulate_kwargs.get("atol", DEFAULT_TOL)
     )

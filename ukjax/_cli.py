@@ -71,7 +71,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="fit.png", help="where to write the plot")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_fit)
-    p = command("simulate", "simulate an MJCF or URDF model with its equality constraints (and, asked, its contacts) imposed exactly")
+    p = command(
+        "simulate",
+        "simulate an MJCF or URDF model as the file describes it: its equality constraints, joint limits and "
+        "contacts imposed exactly, its actuators held at the keyframe's controls",
+    )
     p.add_argument("file", help="an .xml (MJCF) or .urdf file")
     p.add_argument("--t1", type=_duration, default=5.0, help="final time [s]")
     p.add_argument("--saves", type=_count, default=501, help="number of saved times")
@@ -82,9 +86,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default=None, help="where to write the plot (default: the model's name, .png)")
     p.add_argument("--gif", default=None, help="also write an animation here (.gif, or .mp4 with ffmpeg)")
     p.add_argument(
-        "--contacts",
+        "--no-contacts",
         action="store_true",
-        help="also the file's joint limits and its contacts with planes, exact (event by event; longer to compile)",
+        help="leave out the file's joint limits and contacts (a smooth run: shorter to compile, faster on robot trees)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_simulate)

@@ -394,9 +394,9 @@ def run_simulate(args: argparse.Namespace) -> None:
     out = Path(args.out) if args.out else Path(f"{name}.png")
     tree = model.system
     stabilization = ukjax.Baumgarte(args.alpha, args.beta) if args.alpha or args.beta else None
-    unilateral = model.unilateral if args.contacts else ()
+    unilateral = () if args.no_contacts else model.unilateral
     constraints = model.constraints + unilateral
-    system = ukjax.ConstrainedSystem(tree, constraints, stabilization) if constraints else tree
+    system = model.full_system(stabilization, unilateral=not args.no_contacts)
     # the tree's quaternion norm rows come first in `sol.phi`, the file's equalities after them
     norms = sum(kind in ("ball", "free") for kind in tree.joint_kinds)
     # shapes only: evaluated, the rows would compile operation by operation

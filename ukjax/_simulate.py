@@ -20,7 +20,21 @@ from ._core import sqrt_eps
 from ._jit import jit
 from ._robots import kernels
 from ._systems import AbstractSystem, check_state, levels_violation, solve_dynamics, solve_levels
-from ._unilateral import CONE, OPEN, PULL, SLIDING, STICKING, TOUCH, AbstractUnilateral, ContactRecord, Modes, select_modes
+from ._unilateral import (
+    CONE,
+    OPEN,
+    PULL,
+    SLIDING,
+    STICKING,
+    TOUCH,
+    AbstractUnilateral,
+    check_coefficients,
+    ContactRecord,
+    Modes,
+    norm,
+    select_modes,
+    valid_coefficients,
+)
 
 
 class Status(enum.IntEnum):
@@ -35,6 +49,8 @@ class Status(enum.IntEnum):
     REDUNDANT_CONSTRAINTS = 6
     CONTACT_UNRESOLVED = 7
     MAX_EVENTS_REACHED = 8
+    INVALID_PARAMETERS = 9
+    CONTACT_MISSED = 10
 
 
 _MESSAGES = {
@@ -61,6 +77,10 @@ _MESSAGES = {
     "friction coefficients and the contact geometry.",
     Status.MAX_EVENTS_REACHED: "The run met max_events contact events (impacts, releases, "
     "stick–slip changes) before t1: raise max_events.",
+    Status.INVALID_PARAMETERS: "A contact's friction coefficient was negative or not finite, or its "
+    "restitution outside [0, 1]: the run did not start.",
+    Status.CONTACT_MISSED: "A contact was found penetrated by more than √atol: the run passed through "
+    "it between two steps without seeing it. Tighten rtol/atol or report the geometry.",
 }
 
 # Components of the health record integrated beside the state: each integrates an indicator,
@@ -230,6 +250,38 @@ class _StopAtFault(diffrax.AbstractStepSizeController):
         )
 
 
+class _Bounded(diffrax.AbstractStepSizeController):
+    """`controller`, with no step longer than half the least time in which a contact could
+    be crossed at the state where it begins (`ContactRows.crossing`): events are seen by the
+    sign of a gap at the steps' ends, and a step that carries a ball through a thin wall sees
+    it positive at both (conservative advancement). The half leaves room for the relative
+    speed to grow within the step."""
+
+    controller: diffrax.AbstractStepSizeController
+
+    def wrap(self, direction):
+        return _Bounded(self.controller.wrap(direction))
+
+    @staticmethod
+    def _longest(s, y, args):
+        system, t0, span, _ = args
+        q, qd, _ = y
+        crossing = system.constraint_levels(t0 + s * span, q, qd)[-1].contacts.crossing
+        return 0.5 * jnp.min(crossing) / jnp.where(span == 0, 1, jnp.abs(span))
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        tnext, state = self.controller.init(terms, t0, t1, y0, dt0, args, func, error_order)
+        return jnp.minimum(tnext, t0 + self._longest(t0, y0, args)), state
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
+        keep, tprev, tnext, made_jump, state, result = self.controller.adapt_step_size(
+            t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state
+        )
+        # the next step starts at `tprev`: where this one ended if kept, where it began if not
+        y = jax.tree.map(lambda a, b: jnp.where(keep, a, b), y1_candidate, y0)
+        return keep, tprev, jnp.minimum(tnext, tprev + self._longest(tprev, y, args)), made_jump, state, result
+
+
 def _status(result, start_finite, health, q, qd) -> Int[Array, ""]:
     # diffrax fills the saves after a failure with inf, so the trajectory's finiteness only
     # tells something when the solve succeeded.
@@ -331,7 +383,10 @@ def simulate(
         raise ValueError("ukjax.RK4 has no error estimate: use it with adaptive=False and dt0.")
     # read from the system's structure: no trace of its rows for every call
     unilateral = lambda x: isinstance(x, AbstractUnilateral)  # noqa: E731
-    events = any(map(unilateral, jax.tree.leaves(system, is_leaf=unilateral)))
+    unilaterals = [x for x in jax.tree.leaves(system, is_leaf=unilateral) if unilateral(x)]
+    events = bool(unilaterals)
+    for x in unilaterals:  # as built, or as edited since (`eqx.tree_at`)
+        check_coefficients(x)
     if events and type(system).solve is not AbstractSystem.solve:
         raise NotImplementedError(
             f"{type(system).__name__} solves its own accelerations (servo control), which do not see "
@@ -376,6 +431,7 @@ def simulate(
         )
     elif throw and solution.status != Status.SUCCESS:
         raise RuntimeError(_MESSAGES[Status(int(solution.status))])
+    warn_if_started_inside(solution, atol)
     warn_if_started_off(solution, q0, qd0, rtol, atol)
     return solution
 
@@ -399,6 +455,30 @@ def _save_times(ts: Array, t0: Array, t1: Array) -> Array:
             raise ValueError("ts must run from t0 towards t1 (sorted in the direction of the run).")
     snapped = jnp.clip(ts, lo, hi)
     return jnp.where(jnp.abs(ts - snapped) <= slack, snapped, ts)
+
+
+def warn_if_started_inside(solution: Solution, atol: float) -> None:
+    """Warn where a run (or members of a batch) started inside a contact or a joint limit by
+    more than `atol`: it began from the start projected out of it, not from the caller's.
+    Nothing happens under a transformation."""
+    record = solution.contacts
+    if record is None or isinstance(record.start_penetration, jax.core.Tracer):
+        return
+    if not record.start_penetration.is_fully_addressable:
+        return
+    depth = np.asarray(record.start_penetration)
+    inside = depth > float(atol)
+    if not np.any(inside):
+        return
+    members = f"{int(np.sum(inside))} of {inside.size} members" if inside.ndim else "the run"
+    warnings.warn(
+        f"The simulation starts inside a contact or a joint limit ({members}), by up to {float(np.max(depth)):.2e}: "
+        "it began from the start projected out of it onto g = 0 (sol.q[0] where ts starts at t0), so a "
+        "deep start moves the bodies and may leave the other constraints off (a quaternion's norm): start "
+        "outside the contacts, or from ConstrainedSystem.project's state.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def warn_if_started_off(solution: Solution, q0: Array, qd0: Array, rtol: float, atol: float) -> None:
@@ -477,7 +557,8 @@ def _simulate(
 # Event values are kept this far above zero where a mode begins: diffrax's events fire when a
 # value goes from positive to non-positive, and a mode begins where its own condition is zero
 # (a contact released at λₙ = 0, a slide started at zero slip). Gaps and slip speeds in the
-# model's units. Forces, relative to the largest normal force at the segment's start: twice
+# model's units. Forces, relative to each contact's own force scale at the segment's start
+# (`ContactSolution.scale`): twice
 # what the modes' search accepts (`PULL`, `CONE`), as a value that started a segment below zero
 # would hide every event of that segment.
 _GAP_OFFSET = 1e-12
@@ -485,7 +566,7 @@ _FORCE_OFFSET = 2.0
 # The root finder stops where the bracket is 1e-14 wide and the value below 1e-14. Forces
 # solved through an ill-conditioned Delassus matrix (Cassie's feet and loops) carry more
 # round-off than that, and whether their events were located was luck: values are scaled so
-# that 1e-8 (m, m/s, or relative to the largest normal force) counts as zero. A value that
+# that 1e-8 (m, m/s, or relative to a contact's force scale) counts as zero. A value that
 # jumps across zero still never gets there (`Status.CONTACT_UNRESOLVED`).
 _EVENT_SCALE = 1e-6
 
@@ -512,8 +593,7 @@ def _event_value(s, y, args, **kwargs):
         jnp.where(modes.mode != OPEN, sol.normal / force_scale + PULL * _FORCE_OFFSET, jnp.inf),
         jnp.where(
             (modes.mode == STICKING) & friction,
-            (c.friction * sol.normal - jnp.linalg.norm(sol.tangent, axis=-1)) / force_scale
-            + CONE * _FORCE_OFFSET,
+            (c.friction * sol.normal - norm(sol.tangent)) / force_scale + CONE * _FORCE_OFFSET,
             jnp.inf,
         ),
         jnp.where((modes.mode == SLIDING) & friction, slip + _GAP_OFFSET, jnp.inf),
@@ -530,7 +610,8 @@ def _transition(system, t, q, qd, rest_speed):
 
     **Returns:**
 
-    `(q, qd, modes, impulses, normal forces, penetration, converged)`.
+    `(q, qd, modes, impulses, the contacts' force scales, penetration, converged, valid)`:
+    `valid` False where a contact's coefficients are out of range.
     """
     def newton(q, _):
         level = system.constraint_levels(t, q, qd)[-1]
@@ -562,12 +643,19 @@ def _transition(system, t, q, qd, rest_speed):
     equalities = velocity_rows(level.rows, -level.rows.phid)
     touching = (c.normal.phi <= TOUCH) & (approach <= TOUCH)
     slip = c.tangent.phid.reshape(k, 2)
-    moving = jnp.linalg.norm(slip, axis=-1) > rest_speed
-    # An impact may stop a contact's slip (Coulomb's law for impulses): any contact not
-    # slipping may stick, within its cone. Without an impact the jump only corrects the
-    # drift of the contacts at rest (their slip and approach left by the integration, below
-    # `rest_speed`), which is no impulse that a cone bounds.
+    moving = norm(slip) > rest_speed
+    # Coulomb's law for impulses: at an impact every touching contact may stick, slipping or
+    # not, where the impulse that stops its slip lies inside its cone; outside it, the
+    # impulse slides against that sticking impulse (a landing with a little tangential
+    # speed sticks, where a sliding impulse would reverse its slip). The cone is met to the
+    # impulse that changes a contact's slip by `rest_speed`, the integration's drift: an
+    # impact elsewhere must not set sliding a rolling contact whose only impulse corrects its
+    # drift. Without an impact the jump only corrects that drift for the contacts at rest,
+    # which is no impulse that a cone bounds, and the contacts that slip slide on.
     impact = jnp.any(touching & (approach < -rest_speed))
+    L = la.cholesky(d.M, False)
+    mobility = jnp.max(jnp.sum(la.solve_lower(L, c.tangent.A.T, unroll=False) ** 2, axis=0).reshape(k, 2), axis=1)
+    slack = jnp.where(impact, rest_speed / jnp.where(mobility > 0, mobility, 1), jnp.inf)
 
     # Zeno's accumulation, truncated: a contact that an impact elsewhere would lift off slower
     # than `rest_speed` is held, as event-driven schemes stop at accumulation points (Acary &
@@ -580,8 +668,8 @@ def _transition(system, t, q, qd, rest_speed):
             equalities,
             contacts,
             touching,
-            jnp.where(moving[:, None], slip, 0),
-            cone=impact,
+            jnp.where((moving & ~impact)[:, None], slip, 0),
+            slack=slack,
             held=held,
         )
         leaving = c.normal.A @ jump.x + approach
@@ -592,7 +680,8 @@ def _transition(system, t, q, qd, rest_speed):
     qd = qd + jump.x
     # the modes from here on; their forces only scale the event values (off the tape)
     _, (modes, sol, settled) = solve_levels(system.dynamics(t, q, qd), differentiable=False)
-    return q, qd, modes, jump.normal, sol.normal, penetration, converged & settled
+    valid = valid_coefficients(c.friction, c.restitution)
+    return q, qd, modes, jump.normal, sol.scale, penetration, converged & settled & valid, valid
 
 
 @jit
@@ -608,6 +697,8 @@ def _simulate_events(
     scale = jnp.where(span == 0, 1.0, span)
     if dt0 is not None:
         dt0 = dt0 / scale
+    if adaptive and eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0)[-1].contacts.crossing is not None:
+        controller = _Bounded(controller)
     saves = (ts - t0) / scale
     rest_speed = jnp.sqrt(atol)
     k = ts.shape[0]
@@ -637,7 +728,9 @@ def _simulate_events(
         event_times=jnp.full(max_events, jnp.inf, dtype),
         impulses=jnp.zeros((max_events, c), dtype),
         penetration=jnp.zeros((), dtype),
+        start_penetration=jnp.zeros((), dtype),
         converged=jnp.array(True),
+        valid=jnp.array(True),
         result=diffrax.RESULTS.successful,
         steps=jnp.zeros((), jnp.int32),
     )
@@ -649,14 +742,13 @@ def _simulate_events(
 
     def body(state):
         s0, count, start = state["s"], state["count"], state["start"]
-        q, qd, modes, jump, normal, penetration, converged = _transition(
+        q, qd, modes, jump, force_scale, penetration, converged, valid = _transition(
             system, time(s0), state["q"], state["qd"], rest_speed
         )
         # the events are counted from the first transition after the start
         event_times = state["event_times"].at[count].set(jnp.where(start, jnp.inf, time(s0)))
         impulses = state["impulses"].at[count].set(jnp.where(start, 0, jump))
         count = count + ~start
-        force_scale = 1 + jnp.max(jnp.abs(normal), initial=0)
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(_vector_field),
             solver,
@@ -701,7 +793,9 @@ def _simulate_events(
             impulses=impulses,
             # what the start brings in is the caller's, projected away; not counted
             penetration=jnp.where(start, state["penetration"], jnp.maximum(state["penetration"], penetration)),
+            start_penetration=jnp.where(start, penetration, state["start_penetration"]),
             converged=converged,
+            valid=valid,
             result=diffrax.RESULTS.where(
                 sol.result == diffrax.RESULTS.event_occurred, diffrax.RESULTS.successful, sol.result
             ),
@@ -728,7 +822,8 @@ def _simulate_events(
     # The event's root finder stops only where the event value is within 1e-14 of zero: it
     # runs out of steps where a value jumps across zero instead of crossing it.
     unlocated = final["result"] == diffrax.RESULTS.nonlinear_max_steps_reached
-    status = jnp.where(unlocated & start_finite, Status.CONTACT_UNRESOLVED, status).astype(jnp.int32)
+    status = jnp.where(unlocated & start_finite, Status.CONTACT_UNRESOLVED, status)
+    status = jnp.where(final["valid"], status, Status.INVALID_PARAMETERS).astype(jnp.int32)
 
     def saved(t, q, qd, mode, direction, weight):
         d, level, (_, sol, _) = _contact_state(system, t, q, qd, Modes(mode, direction, weight))
@@ -737,5 +832,9 @@ def _simulate_events(
 
     gap, normal, tangent, violation = jax.vmap(saved)(ts, q, qd, mode, direction, weight)
     penetration = jnp.maximum(final["penetration"], jnp.max(jnp.where(jnp.isfinite(gap), -gap, 0), initial=0))
-    record = ContactRecord(gap, mode, normal, tangent, final["event_times"], final["impulses"], penetration)
+    # exact contacts penetrate by round-off and the events' location: more is a contact passed
+    status = jnp.where((status == Status.SUCCESS) & (penetration > rest_speed), Status.CONTACT_MISSED, status)
+    record = ContactRecord(
+        gap, mode, normal, tangent, final["event_times"], final["impulses"], penetration, final["start_penetration"]
+    )
     return Solution(ts, q, qd, *violation, status, {"num_steps": final["steps"]}, record)

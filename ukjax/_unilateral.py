@@ -25,6 +25,7 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, Real
 
 from . import _linalg as la
@@ -36,12 +37,13 @@ from ._constraints import AbstractConstraint, ConstraintRows, _as_rows, _jacobia
 OPEN, SLIDING, STICKING = 0, 1, 2
 # Gaps and speeds (in the model's units) below which a contact counts as touching and resting.
 TOUCH = 1e-9
-# What the modes' search accepts, relative to the largest normal force: a closed contact
-# pulling by PULL, a sticking one outside its cone by CONE. The cone's is the larger: an
-# impact elsewhere in the system must not set sliding a contact whose only impulse is the
-# correction of its integration drift (a rolling sphere's 1e-9 m/s of slip when a pendulum
-# hits its limit).
+# What the modes' search accepts, relative to each contact's own force scale
+# (`ContactSolution.scale`): a closed contact pulling by PULL, a sticking one outside its cone
+# by CONE.
 PULL, CONE = 1e-9, 1e-6
+# Each contact's force scale is kept this far above zero, relative to the largest, so that a
+# contact with no load at all still has a finite scale.
+_SCALE_FLOOR = 1e-12
 
 
 class ContactRows(eqx.Module):
@@ -55,12 +57,18 @@ class ContactRows(eqx.Module):
       fewer than two tangent directions (a planar one, or one without friction).
     - `friction`: the Coulomb coefficients `μ`, shape (k,).
     - `restitution`: Newton's coefficients `e`, shape (k,).
+    - `crossing`: for contacts between shapes that a body could pass through within one
+      step (a ball at a thin wall), the least time in which each could at its present
+      relative speed, shape (k,) (`inf` for the others); None where no contact can (a gap
+      that is monotone along a straight path: planes, joint limits). The simulation bounds
+      its steps by it.
     """
 
     normal: ConstraintRows
     tangent: ConstraintRows
     friction: Float[Array, " k"]
     restitution: Float[Array, " k"]
+    crossing: Float[Array, " k"] | None = None
 
     @property
     def size(self) -> int:
@@ -72,6 +80,10 @@ def concatenate(parts: list[ContactRows]) -> ContactRows | None:
     parts = [p for p in parts if p is not None]
     if not parts:
         return None
+    if any(p.crossing is not None for p in parts):
+        parts = [p if p.crossing is not None else eqx.tree_at(
+            lambda p: p.crossing, p, jnp.full(p.size, jnp.inf, p.friction.dtype), is_leaf=lambda x: x is None
+        ) for p in parts]
     return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
 
 
@@ -92,10 +104,34 @@ class AbstractUnilateral(AbstractConstraint):
         A [`ukjax.ContactRows`][].
         """
 
+    def __check_init__(self):
+        check_coefficients(self)
+
     def rows(self, t, q, qd):
         raise TypeError(
             f"{type(self).__name__} is unilateral: it has no equality rows. Put it in a "
             "ConstrainedSystem, or call its contact_rows(system, t, q, qd)."
+        )
+
+
+def valid_coefficients(friction: Float[Array, "*k"], restitution: Float[Array, "*k"]) -> Bool[Array, ""]:
+    """Whether every friction coefficient is finite and `≥ 0` and every restitution in
+    `[0, 1]` (a NaN is neither)."""
+    friction, restitution = jnp.asarray(friction), jnp.asarray(restitution)
+    return jnp.all(jnp.isfinite(friction) & (friction >= 0)) & jnp.all((restitution >= 0) & (restitution <= 1))
+
+
+def check_coefficients(unilateral: "AbstractUnilateral") -> None:
+    """Raise a `ValueError` where a unilateral constraint's coefficients are known and
+    invalid (under a transformation they are read during the run: `Status.INVALID_PARAMETERS`)."""
+    friction, restitution = getattr(unilateral, "friction", 0.0), getattr(unilateral, "restitution", 0.0)
+    if any(isinstance(x, jax.core.Tracer) for x in (friction, restitution)):
+        return
+    if not bool(valid_coefficients(friction, restitution)):
+        raise ValueError(
+            f"{type(unilateral).__name__} needs friction coefficients that are finite and ≥ 0 and "
+            f"restitution coefficients in [0, 1]; got friction {np.asarray(friction).tolist()}, "
+            f"restitution {np.asarray(restitution).tolist()}."
         )
 
 
@@ -181,6 +217,11 @@ class ContactSolution(NamedTuple):
     - `tangent`: the tangential forces (impulses), shape (k, 2): the sticking force, or
       `−μ λₙ t̂` while sliding.
     - `rate`: `Aₙ x − bₙ` per contact (`g̈`, or `ġ⁺ + e ġ⁻` at the velocity level).
+    - `scale`: each contact's own force scale, shape (k,): its normal and friction forces
+      plus the force that would stop its normal rate without any constraint force (the
+      free rate over the contact's inverse effective mass). Decisions about a contact
+      (pulling, outside its cone) and its event values are relative to it, never to
+      another contact's forces.
     - `inconsistency`, `mass_ok`: as in [`ukjax.UKSolution`][].
     - `solvable`: False where the sliding contacts' normal forces have no solution
       (`I − S G S` singular: Painlevé's paradox).
@@ -191,6 +232,7 @@ class ContactSolution(NamedTuple):
     normal: Float[Array, " k"]
     tangent: Float[Array, "k 2"]
     rate: Float[Array, " k"]
+    scale: Float[Array, " k"]
     inconsistency: Float[Array, ""]
     mass_ok: Bool[Array, ""]
     solvable: Bool[Array, ""]
@@ -262,21 +304,37 @@ def solve_modes(
     target = e + B @ Y @ lam_slide
     residual = B @ z - target
     scale = jnp.linalg.norm(target) + jnp.linalg.norm(B) * jnp.linalg.norm(z)
+    tangent = sticking + sliding
+    # each contact's inverse effective mass `Aₙ M⁻¹ Aₙᵀ` (open or closed) turns its free rate
+    # into a force
+    mobility = jnp.sum(la.solve_lower(L, contacts.normal.A.T, unroll=unroll) ** 2, axis=0)
+    free = jnp.abs(contacts.normal.b - contacts.normal.A @ a)
+    own = jnp.abs(normal) + norm(tangent) + jnp.where(mobility > 0, free / jnp.where(mobility > 0, mobility, 1), 0)
     return ContactSolution(
         x,
         force,
         normal,
-        sticking + sliding,
+        tangent,
         contacts.normal.A @ x - contacts.normal.b,
+        own + _SCALE_FLOOR * (1 + jnp.max(own, initial=0)),
         jnp.linalg.norm(residual) / jnp.where(scale > 0, scale, 1),
         mass_check(M, L),
         solvable,
     )
 
 
-def _unit(v: Array) -> Array:
-    norm = jnp.linalg.norm(v, axis=-1, keepdims=True)
-    return jnp.where(norm > 0, v / jnp.where(norm > 0, norm, 1), 0)
+def norm(v: Float[Array, "*k d"]) -> Float[Array, "*k"]:
+    """`‖v‖` along the last axis, with zero derivatives (not NaN) where `v` is zero: a
+    contact at rest or without friction has a zero slip and force, and reverse mode
+    multiplies a zero cotangent by the norm's derivative there."""
+    squared = jnp.sum(v * v, axis=-1)
+    return jnp.where(squared > 0, jnp.sqrt(jnp.where(squared > 0, squared, 1)), 0)
+
+
+def unit(v: Float[Array, "*k d"]) -> Float[Array, "*k d"]:
+    """`v / ‖v‖` along the last axis, zero (with zero derivatives) where `v` is zero."""
+    length = norm(v)[..., None]
+    return jnp.where(length > 0, v / jnp.where(length > 0, length, 1), 0)
 
 
 def select_modes(
@@ -287,7 +345,7 @@ def select_modes(
     candidates: Bool[Array, " k"],
     slipping: Float[Array, "k 2"],
     differentiable: bool = True,
-    cone: Bool[ArrayLike, ""] = True,
+    slack: Float[ArrayLike, "*k"] = 0.0,
     held: Bool[Array, " k"] | None = None,
 ) -> tuple[Modes, ContactSolution, Bool[Array, ""]]:
     """The modes that solve the complementarity problem among `candidates` (the contacts
@@ -304,8 +362,10 @@ def select_modes(
       level, where any contact may stick.
     - `differentiable`: solve the final modes once more on the tape (False: the search's
       last solve, without derivatives, one solve less in the program).
-    - `cone`: whether the friction cone bounds the sticking forces (False for a velocity
-      correction that is no physical impulse: every contact not slipping sticks).
+    - `slack`: how far each sticking force may leave its cone before the contact slides (a
+      scalar or shape (k,); `inf` for a velocity correction that is no physical impulse:
+      every contact not slipping sticks). At an impact, the impulse that changes a contact's
+      slip by less than the integration's drift.
     - `held`: candidates that stay closed whatever the sign of their normal force (default
       none): at an impact, the contacts that would leave too slowly to matter (`_transition`).
 
@@ -316,35 +376,39 @@ def select_modes(
     k = contacts.size
     dtype = Q.dtype
     held = jnp.zeros(k, bool) if held is None else held
-    # The search is discrete: derivatives come from the last solve, on the final modes only.
-    slipping = jax.lax.stop_gradient(slipping)
+    # The search is discrete: derivatives come from the last solve, on the final modes only,
+    # and nothing the loop reads may carry them (reverse mode cannot pass a while loop).
+    slipping, slack = jax.lax.stop_gradient((slipping, jnp.broadcast_to(slack, (k,)).astype(dtype)))
     fixed = jax.lax.stop_gradient((M, Q, equalities, contacts))
-    moving = jnp.linalg.norm(slipping, axis=-1) > TOUCH
-    can_stick = (contacts.friction > 0) & ~moving
+    friction = fixed[3].friction
+    moving = norm(slipping) > TOUCH
+    can_stick = (friction > 0) & ~moving
     start = Modes(
         jnp.where(candidates, jnp.where(can_stick, STICKING, SLIDING), OPEN).astype(jnp.int32),
-        jnp.where(moving[:, None], _unit(slipping), 0).astype(dtype),
+        jnp.where(moving[:, None], unit(slipping), 0).astype(dtype),
         jnp.ones(k, dtype),
     )
 
     def violations(sol: ContactSolution, modes: Modes):
-        scale = 1 + jnp.max(jnp.abs(sol.normal), initial=0)
+        # forces relative to each contact's own scale, rates to the largest (a rate of 1e-9
+        # is far below what any event is located to)
+        scale = jax.lax.stop_gradient(sol.scale)
         rate_scale = 1e-9 * (1 + jnp.max(jnp.abs(sol.rate), initial=0))
         mode = modes.mode
-        pull = jnp.where((mode != OPEN) & ~held, -sol.normal - PULL * scale, -jnp.inf)  # a closed contact pulling
+        pull = jnp.where((mode != OPEN) & ~held, -sol.normal / scale - PULL, -jnp.inf)  # a closed contact pulling
         enter = jnp.where((mode == OPEN) & candidates, -sol.rate - rate_scale, -jnp.inf)  # penetrating
         outside = jnp.where(
-            (mode == STICKING) & cone,
-            jnp.linalg.norm(sol.tangent, axis=-1) - contacts.friction * sol.normal - CONE * scale,
+            mode == STICKING,
+            (norm(sol.tangent) - friction * sol.normal - slack) / scale - CONE,
             -jnp.inf,
         )
-        return jnp.stack([pull / (1 + jnp.abs(sol.normal)), enter, outside / (1 + jnp.abs(sol.normal))])
+        return jnp.stack([pull, enter, outside])
 
     def step(modes: Modes, sol: ContactSolution, shared: Bool[Array, ""]) -> tuple[Modes, Bool[Array, ""]]:
         # `shared`: whether `sol` shares the friction by the weights from these modes' solve
         v = violations(sol, modes)
         kind, i = jnp.unravel_index(jnp.argmax(v), v.shape)
-        limit = contacts.friction * jnp.maximum(sol.normal, 0)
+        limit = friction * jnp.maximum(sol.normal, 0)
         # the floor keeps an unloaded contact's rows in the solve (scaled to zero, its slip
         # would no longer be held)
         weight = limit + 1e-9 * (1 + jnp.max(limit, initial=0))
@@ -365,7 +429,7 @@ def select_modes(
         # points (a box between two pads) would slide askew.
         outside = (kind == 2) & (v[2] > 0)
         mode = jnp.where(outside, SLIDING, mode)
-        direction = jnp.where(outside[:, None], -_unit(sol.tangent), direction)
+        direction = jnp.where(outside[:, None], -unit(sol.tangent), direction)
         changed = Modes(mode, direction, weight)
         kept = Modes(modes.mode, modes.direction, weight)
         return jax.tree.map(lambda a, b: jnp.where(reshare, a, b), kept, changed), reshare
@@ -393,8 +457,8 @@ def sliding_now(modes: Modes, contacts: ContactRows) -> Modes:
     """The modes with each sliding contact's direction that of its slip now (the one it
     started with while the slip is still below `TOUCH`)."""
     v = contacts.tangent.phid.reshape(-1, 2)
-    moving = (modes.mode == SLIDING) & (jnp.linalg.norm(v, axis=-1) > TOUCH)
-    return modes._replace(direction=jnp.where(moving[:, None], _unit(v), modes.direction))
+    moving = (modes.mode == SLIDING) & (norm(v) > TOUCH)
+    return modes._replace(direction=jnp.where(moving[:, None], unit(v), modes.direction))
 
 
 def candidates(contacts: ContactRows) -> Bool[Array, " k"]:
@@ -416,7 +480,9 @@ class ContactRecord(eqx.Module):
     - `impulses`: the normal impulse of each contact at each event, shape (E, c).
     - `penetration`: the largest `−g` met at the saved times and at the events (zero
       where nothing penetrated); a start inside a contact or a limit is projected out of
-      it and not counted.
+      it and not counted here.
+    - `start_penetration`: how deep the start was inside a contact or a limit (zero where
+      it was not): the run began from the start projected out of it.
     """
 
     gap: Float[Array, "k c"]
@@ -426,6 +492,7 @@ class ContactRecord(eqx.Module):
     event_times: Float[Array, " E"]
     impulses: Float[Array, "E c"]
     penetration: Float[Array, ""]
+    start_penetration: Float[Array, ""]
 
     @property
     def events(self) -> Int[Array, ""]:

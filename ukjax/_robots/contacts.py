@@ -10,7 +10,7 @@ from jaxtyping import Array, Float
 from .._animate import Sketch
 from .._arrays import as_inexact
 from .._constraints import ConstraintRows, holonomic_rows
-from .._unilateral import AbstractUnilateral, ContactRows, _per_contact
+from .._unilateral import AbstractUnilateral, ContactRows, _per_contact, norm, unit
 from . import algorithms
 from .equalities import Connect, tree_of
 from .spatial import mm, mv, put
@@ -182,11 +182,14 @@ class PlaneContacts(AbstractUnilateral):
 SHAPES = ("plane", "sphere", "capsule", "box")
 
 
-def _safe_norm(x: Float[Array, "k 3"]) -> tuple[Float[Array, " k"], Float[Array, "k 3"]]:
-    """`‖x‖` and `x / ‖x‖` (zero and finite derivatives where `x` is zero)."""
-    squared = jnp.sum(x * x, axis=-1)
-    norm = jnp.sqrt(jnp.where(squared > 0, squared, 1.0))
-    return jnp.where(squared > 0, norm, 0.0), x / norm[:, None]
+def _thickness(kind: str, size: Float[Array, "k 3"]) -> Float[Array, " k"]:
+    """The least width of the shape `kind`: how far a point must travel through it to come
+    out on the other side (a plane cannot be passed)."""
+    if kind == "plane":
+        return jnp.full(size.shape[0], jnp.inf, size.dtype)
+    if kind in ("sphere", "capsule"):
+        return 2 * size[:, 0]
+    return 2 * jnp.min(size, axis=-1)
 
 
 def _distance(kind: str, y: Float[Array, "k 3"], size: Float[Array, "k 3"]):
@@ -196,12 +199,12 @@ def _distance(kind: str, y: Float[Array, "k 3"], size: Float[Array, "k 3"]):
     if kind in ("sphere", "capsule"):
         # a capsule is the points within its radius of its axis segment
         axis = jnp.clip(y[:, 2], -size[:, 1], size[:, 1]) if kind == "capsule" else 0.0 * y[:, 2]
-        norm, normal = _safe_norm(y - axis[:, None] * jnp.eye(3, dtype=y.dtype)[2])
-        return norm - size[:, 0], normal
+        offset = y - axis[:, None] * jnp.eye(3, dtype=y.dtype)[2]
+        return norm(offset) - size[:, 0], unit(offset)
     # a box: outside, the distance to its nearest point; inside, minus the distance to its
     # nearest face
     excess = jnp.abs(y) - size
-    outside, direction = _safe_norm(jnp.maximum(excess, 0.0))
+    outside, direction = norm(jnp.maximum(excess, 0.0)), unit(jnp.maximum(excess, 0.0))
     face = jnp.argmax(excess, axis=-1)
     inner = jnp.take_along_axis(excess, face[:, None], axis=-1)[:, 0]
     is_out = jnp.any(excess > 0, axis=-1)
@@ -284,13 +287,15 @@ class ShapeContacts(AbstractUnilateral):
         """Each centre's signed distance to its shape (its frame's `y`), the unit normal `∇d`
         there and the normal's rate `H ẏ` (`H` the distance's Hessian) along `ẏ`."""
         distance, normal, rate = jnp.zeros(y.shape[0], y.dtype), jnp.zeros_like(y), jnp.zeros_like(y)
+        thickness = jnp.zeros(y.shape[0], y.dtype)
         # one evaluation per kind present (a static grouping)
         for kind in sorted(set(self.kinds)):
             index = np.array([i for i, x in enumerate(self.kinds) if x == kind])
             size = self.sizes[index].astype(y.dtype)
             (d, n), (_, n_rate) = jax.jvp(lambda y: _distance(kind, y, size), (y[index],), (yd[index],))
             distance, normal, rate = put(distance, index, d), put(normal, index, n), put(rate, index, n_rate)
-        return distance, normal, rate
+            thickness = put(thickness, index, _thickness(kind, size))
+        return distance, normal, rate, thickness
 
     def contact_rows(self, system, t, q, qd):
         tree = tree_of(system)
@@ -304,7 +309,7 @@ class ShapeContacts(AbstractUnilateral):
         R_s, r = self.rotations.astype(q.dtype), self.radii.astype(q.dtype)
         R_st = jnp.swapaxes(R_s, 1, 2)
         y, yd = -mv(R_st, s.phi), -mv(R_st, s.phid)
-        distance, n_local, n_local_rate = self._distances(y, yd)
+        distance, n_local, n_local_rate, thickness = self._distances(y, yd)
         # ġ = ∇d · ẏ, g̈ = ∇d · ÿ + ẏᵀ H ẏ, with ÿ = −R_sᵀ (A_s q̈ − b_s)
         n_body = mv(R_s, n_local)
         A = -jnp.einsum("kj,kjn->kn", n_body, s.A)
@@ -333,11 +338,18 @@ class ShapeContacts(AbstractUnilateral):
         At = jnp.einsum("kdj,kjn->kdn", T, J).reshape(-1, q.shape[0])
         rate = jnp.einsum("kdj,kj->kd", T, w_rate) + jnp.einsum("kdj,kj->kd", T_rate, w)
         k = len(self.bodies)
+        # to pass through the shape unseen the sphere's centre travels, relative to it, at
+        # least the gap and the widths of both (a gap along a curved path, or through a
+        # shape thinner than a step, changes sign twice within one step)
+        speed = norm(yd)
+        reach = jnp.maximum(distance - r, 0) + 2 * r + thickness
+        crossing = jnp.where(speed > 0, reach / jnp.where(speed > 0, speed, 1), jnp.inf)
         return ContactRows(
             normal,
             ConstraintRows(At, -rate.reshape(-1), jnp.zeros(2 * k, q.dtype), At @ qd),
             _per_contact(self.friction, k, "ShapeContacts friction"),
             _per_contact(self.restitution, k, "ShapeContacts restitution"),
+            None if set(self.kinds) == {"plane"} else crossing,
         )
 
     def _touching(self, tree, q):
@@ -347,7 +359,7 @@ class ShapeContacts(AbstractUnilateral):
         sphere = algorithms.points_motion(tree, kin, motion, self.bodies, self.centres)
         shape = algorithms.points_motion(tree, kin, motion, self.shape_bodies, self.positions)
         R = mm(shape.rotation, self.rotations.astype(q.dtype))
-        _, n_local, _ = self._distances(mv(jnp.swapaxes(R, 1, 2), sphere.x - shape.x), jnp.zeros_like(sphere.x))
+        _, n_local, _, _ = self._distances(mv(jnp.swapaxes(R, 1, 2), sphere.x - shape.x), jnp.zeros_like(sphere.x))
         return sphere.x - self.radii[:, None] * mv(R, n_local), sphere, shape
 
     def sketch(self, system, t, q):

@@ -77,7 +77,8 @@ def _colliding_pairs(mjm) -> list[tuple[int, int, float, int]]:
     """The geom pairs MuJoCo's collision filter admits, with their sliding friction and
     `condim`: different weld bodies, not parent and child (unless `filterparent` is disabled
     or one is the world), not excluded, compatible `contype`/`conaffinity` (friction and
-    `condim`: the higher `priority`'s, else the larger); plus explicit `<pair>`s with their own."""
+    `condim`: the higher `priority`'s, else the larger); plus explicit `<pair>`s with their own,
+    which replace the dynamic contact of the same two geoms."""
     if _disabled(mjm, "CONSTRAINT") or _disabled(mjm, "CONTACT"):
         return []
     weld, parent = mjm.body_weldid, mjm.body_weldid[mjm.body_parentid[mjm.body_weldid]]
@@ -88,8 +89,12 @@ def _colliding_pairs(mjm) -> list[tuple[int, int, float, int]]:
         (int(a), int(b), float(mu), int(dim))
         for a, b, mu, dim in zip(mjm.pair_geom1, mjm.pair_geom2, mjm.pair_friction[:, 0], mjm.pair_dim)
     ]
+    # a geom pair given explicitly is that pair alone (MuJoCo: one contact, the pair's own)
+    explicit = {frozenset((a, b)) for a, b, _, _ in found}
     for k, g1 in enumerate(geoms):
         for g2 in geoms[k + 1 :]:
+            if frozenset((int(g1), int(g2))) in explicit:
+                continue
             b1, b2 = int(mjm.geom_bodyid[g1]), int(mjm.geom_bodyid[g2])
             w1, w2 = weld[b1], weld[b2]
             if w1 == w2 or (filter_parent and w1 and w2 and (w1 == parent[w2] or w2 == parent[w1])):
@@ -142,24 +147,30 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
             points, radius = list(_CORNERS * size @ R.T), 0.0
         return [(mjm.geom_pos[g] + point, float(radius)) for point in points]
 
-    on_planes, on_shapes, others, twisting = [], [], [], 0
+    # the static geoms' world poses (those of bodies welded to the world do not depend on q)
+    world = mujoco.MjData(mjm)
+    mujoco.mj_kinematics(mjm, world)
+    on_planes, on_shapes, others, sampled, twisting = [], [], [], [], 0
     for g1, g2, mu, dim in _colliding_pairs(mjm):
         mu = 0.0 if dim == 1 else mu
         if kind(g2) == "plane" or kind(g1) == "sphere":
             g1, g2 = g2, g1
-        if kind(g1) is None or kind(g2) in (None, "plane") or (kind(g1) == "plane" and mjm.geom_bodyid[g1] != 0):
+        # a plane on a body without joints is welded to the world (MuJoCo's static bodies)
+        if kind(g1) is None or kind(g2) in (None, "plane") or (kind(g1) == "plane" and mjm.body_weldid[mjm.geom_bodyid[g1]]):
             others.append(f"{geom(g1)}–{geom(g2)}")
             continue
         twisting += dim > 3
         if kind(g1) == "plane":
-            normal = _rotation(mjm.geom_quat[g1])[:, 2]
+            normal, origin = world.geom_xmat[g1].reshape(3, 3)[:, 2], world.geom_xpos[g1]
             points = spheres(g2)
             for i, (point, radius) in enumerate(points):
                 label = f"{geom(g2)}–{geom(g1)}" + (f"[{i}]" if len(points) > 1 else "")
-                on_planes.append((body(g2), point, radius, normal, normal @ mjm.geom_pos[g1], mu, label))
+                on_planes.append((body(g2), point, radius, normal, normal @ origin, mu, label))
         else:
             # a sphere's centre against the other shape; boxes' corners and capsules' end
             # spheres against each other's shape, both ways
+            if kind(g2) != "sphere":
+                sampled.append(f"{geom(g1)}–{geom(g2)}")
             for a, b in ((g2, g1),) if kind(g2) == "sphere" else ((g1, g2), (g2, g1)):
                 points = spheres(a)
                 used = {"sphere": 1, "capsule": 2, "box": 3}[kind(b)]
@@ -179,6 +190,14 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                 tree, bodies, np.array(centres), np.array(radii), shape_bodies, shape_kinds, np.array(positions),
                 np.array(rotations), np.array(sizes), np.array(friction), names=labels,
             )
+        )
+    if sampled:
+        warnings.warn(
+            f"Contacts between capsules and boxes are met at sampled points only, a capsule's two end spheres "
+            f"and a box's eight corners, each against the other shape ({len(sampled)} geom pairs: "
+            f"{', '.join(sampled[:6])}{', …' if len(sampled) > 6 else ''}): a capsule's middle across an edge, or two "
+            "crossed edges, pass through each other unseen. Spheres in their place are met exactly.",
+            stacklevel=4,
         )
     if twisting:
         notes.append(f"torsional and rolling friction (condim 4 or 6) of {twisting} geom pair(s): sliding friction kept")
@@ -477,10 +496,19 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
                 + (f"{mjm.nkey}: {', '.join(names)} (a name or an index)." if mjm.nkey else "none.")
             )
         q0, qvel0 = mjm.key_qpos[index], mjm.key_qvel[index]
+    ctrl = None if actuators is None else jnp.asarray(np.zeros(mjm.nu) if keyframe is None else mjm.key_ctrl[index])
     q0, qd0 = tree.state_from_mujoco(jnp.asarray(q0, float), jnp.asarray(qvel0, float))
     q0, qd0 = _consistent_start(tree, constraints, q0, qd0, kind)
     return Model(
-        tree, constraints, q0, qd0, (), None if actuation is None else jnp.asarray(actuation), actuators, unilateral
+        tree,
+        constraints,
+        q0,
+        qd0,
+        (),
+        None if actuation is None else jnp.asarray(actuation),
+        actuators,
+        unilateral,
+        ctrl,
     )
 
 
@@ -550,8 +578,9 @@ def from_mjcf(source: str | os.PathLike, *, keyframe: str | int | None = None) -
     **Returns:**
 
     A [`ukjax.models.Model`][]: `system` (the tree), `constraints`, `q0`, `qd0`, `actuation`,
-    `actuators` (`None` without actuators; `model.controlled(ctrl_fn)` drives them) and
-    `unilateral`.
+    `actuators` (`None` without actuators; `model.controlled(ctrl_fn)` drives them),
+    `unilateral` and `ctrl` (the keyframe's controls); `model.full_system()` is the whole
+    system the file describes, limits, contacts and the keyframe's controls included.
     """
     return _from_compiled(_compile(source, "MJCF"), "MJCF", keyframe)
 

@@ -7,8 +7,8 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-from .._constraints import AbstractConstraint
-from .._systems import AbstractSystem
+from .._constraints import AbstractConstraint, Baumgarte
+from .._systems import AbstractSystem, ConstrainedSystem
 from .._unilateral import AbstractUnilateral
 from .actuators import Actuated, Actuators
 
@@ -29,8 +29,10 @@ class Model(NamedTuple):
     - `unilateral`: an imported file's joint limits and contacts as exact unilateral
       constraints ([`ukjax.models.JointLimits`][], [`ukjax.models.PlaneContacts`][],
       [`ukjax.models.ShapeContacts`][]); kept
-      apart from `constraints` because they change how a simulation runs (event by event):
-      `ConstrainedSystem(model.system, model.constraints + model.unilateral)` includes them.
+      apart from `constraints` because they change how a simulation runs (event by event);
+      `full_system()` includes them.
+    - `ctrl`: an imported file's controls at the start (its keyframe's `ctrl`, zero without
+      one), or None without actuators.
     """
 
     system: AbstractSystem
@@ -41,6 +43,29 @@ class Model(NamedTuple):
     actuation: Float[Array, "n m"] | None = None
     actuators: Actuators | None = None
     unilateral: tuple[AbstractUnilateral, ...] = ()
+    ctrl: Float[Array, " m"] | None = None
+
+    def full_system(self, stabilization: Baumgarte | None = None, *, unilateral: bool = True) -> AbstractSystem:
+        """The whole system a file describes, as MuJoCo runs it: the tree under its
+        equalities, its joint limits and its contacts, driven by its actuators held at
+        `ctrl` (a keyframe's controls) where it has any.
+
+        **Arguments:**
+
+        - `stabilization`: optional [`ukjax.Baumgarte`][] gains over the equality rows.
+        - `unilateral`: False leaves the limits and contacts out (a smooth run, on the
+          compiled kernel where the tree is covered).
+
+        **Returns:**
+
+        A [`ukjax.ConstrainedSystem`][] (the driven tree itself where nothing constrains it).
+        """
+        system = self.system
+        if self.actuators is not None:
+            ctrl = jnp.asarray(self.ctrl)
+            system = self.controlled(lambda t, q, qd: ctrl)
+        constraints = self.constraints + (self.unilateral if unilateral else ())
+        return ConstrainedSystem(system, constraints, stabilization) if constraints else system
 
     def controlled(self, control: Callable) -> AbstractSystem:
         """The system driven by its actuators under `control(t, q, qd) -> (m,)` (MuJoCo's

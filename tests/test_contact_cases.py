@@ -1,0 +1,88 @@
+"""Contacts in the cases an outside review found wrong: bodies that must not pass through
+thin shapes between two steps, coefficients out of range, a heavy body beside a light one
+(the last in test_contacts.py's batch)."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ukjax
+
+pytestmark = pytest.mark.xdist_group("contact_cases")
+
+# No gravity: a ball thrown at 5 m/s at a wall 2 cm thick 1 m away, and a ball at 1 m/s
+# 0.4 m short of two resting balls that touch (all plastic, MuJoCo's default): steps that
+# grow without bound over the force-free flight would carry the balls through both.
+THROUGH = """
+<mujoco>
+  <option gravity="0 0 0"/>
+  <worldbody>
+    <geom name="wall" type="box" pos="1 0 0" size="0.01 0.5 0.5"/>
+    <body name="ball" pos="0 0 0"><freejoint/><geom type="sphere" size="0.05" mass="1"/></body>
+    <body name="a" pos="0 2 0"><freejoint/><geom type="sphere" size="0.05" mass="1"/></body>
+    <body name="b" pos="0.5 2 0"><freejoint/><geom type="sphere" size="0.05" mass="1"/></body>
+    <body name="c" pos="0.6 2 0"><freejoint/><geom type="sphere" size="0.05" mass="1"/></body>
+  </worldbody>
+  <keyframe><key name="thrown" qpos="0 0 0 1 0 0 0  0 2 0 1 0 0 0  .5 2 0 1 0 0 0  .6 2 0 1 0 0 0"
+    qvel="5 0 0 0 0 0  1 0 0 0 0 0  0 0 0 0 0 0  0 0 0 0 0 0"/></keyframe>
+</mujoco>
+"""
+
+
+def test_no_ball_passes_through_a_thin_wall_or_another_ball():
+    """The wall stops the ball where it meets it (x = 1 − 0.01 − 0.05 at t = 0.94 / 5); the
+    moving ball meets the pair at t = 0.4 and the three go on together at 1/3 m/s (a plastic
+    impact conserves momentum). Every gap stays closed to 1e-9 m."""
+    model = ukjax.models.from_mjcf(THROUGH, keyframe="thrown")
+    system = ukjax.ConstrainedSystem(model.system, model.constraints + model.unilateral)
+    ts = jnp.linspace(0.0, 1.0, 11)
+    sol = ukjax.simulate(system, model.q0, model.qd0, 0.0, 1.0, ts=ts)
+    t = np.asarray(ts)
+    x = np.asarray(sol.q[:, 0::7])  # the bodies' x, in the file's order
+    np.testing.assert_allclose(x[:, 0], np.minimum(5 * t, 0.94), atol=1e-9)
+    after = np.maximum(t - 0.4, 0)
+    np.testing.assert_allclose(x[:, 1], np.minimum(t, 0.4) + after / 3, atol=1e-9)
+    np.testing.assert_allclose(x[:, 2:], np.array([0.5, 0.6]) + after[:, None] / 3, atol=1e-9)
+    events = np.asarray(sol.contacts.event_times)
+    np.testing.assert_allclose(np.sort(events[np.isfinite(events)])[:2], [0.188, 0.4], rtol=1e-10)
+    assert float(sol.contacts.penetration) <= 1e-9
+
+
+@pytest.mark.parametrize(
+    "friction, restitution, bad",
+    [(0.5, 1.5, "restitution"), (0.5, -0.1, "restitution"), (0.5, np.nan, "restitution"),
+     (-0.1, 0.5, "friction"), (np.inf, 0.5, "friction"), (np.nan, 0.5, "friction")],
+)
+def test_coefficients_out_of_range_are_refused(friction, restitution, bad):
+    """Restitution outside [0, 1], friction negative or not finite: a clear error where the
+    constraint is built, and where a valid one is edited into an invalid one (`eqx.tree_at`)
+    and simulated."""
+    floor = dict(gap=lambda t, q: q[1], slip=lambda t, q, qd: qd[0])
+    with pytest.raises(ValueError, match="friction coefficients that are finite"):
+        ukjax.Unilateral(**floor, friction=friction, restitution=restitution)
+    good = ukjax.Unilateral(**floor, friction=0.5, restitution=0.5)
+    edited = eqx.tree_at(lambda u: getattr(u, bad), good, jnp.asarray(friction if bad == "friction" else restitution))
+    system = ukjax.ConstrainedSystem(
+        ukjax.ExplicitSystem(M=lambda t, q: jnp.eye(2), Q=lambda t, q, qd: jnp.array([0.0, -9.81])), edited
+    )
+    with pytest.raises(ValueError, match="restitution coefficients in"):
+        ukjax.simulate(system, jnp.array([0.0, 1.0]), jnp.zeros(2), 0.0, 1.0)
+
+
+def test_coefficients_out_of_range_in_a_batch_mark_their_member():
+    """Under `jax.vmap` the coefficients are read during the run: the member with e = 1.5
+    ends INVALID_PARAMETERS before it moves, the other is kept (a ball dropped from 1 m,
+    plastic, lands at √(2/g))."""
+    def run(e):
+        floor = ukjax.Unilateral(lambda t, q: q[1], restitution=e)
+        system = ukjax.ConstrainedSystem(
+            ukjax.ExplicitSystem(M=lambda t, q: jnp.eye(2), Q=lambda t, q, qd: jnp.array([0.0, -9.81])), floor
+        )
+        return ukjax.simulate(system, jnp.array([0.0, 1.0]), jnp.zeros(2), 0.0, 1.0, throw=False)
+
+    sol = jax.vmap(run)(jnp.array([0.0, 1.5]))
+    assert [int(s) for s in sol.status] == [ukjax.Status.SUCCESS, ukjax.Status.INVALID_PARAMETERS]
+    np.testing.assert_allclose(float(sol.contacts.event_times[0, 0]), np.sqrt(2 / 9.81), rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(sol.q[0, -1]), [0.0, 0.0], atol=1e-12)
