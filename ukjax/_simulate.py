@@ -771,7 +771,8 @@ def _simulate_events(
         )
         (qs, qds, _), (s1, y1) = (sol.ys[0], (sol.ts[1][-1], sol.ys[1]))
         q1, qd1, health = (x[-1] for x in y1)
-        new = (saves >= s0) & (saves <= s1) & ~state["filled"]
+        # a member with invalid coefficients saves nothing: its run never started
+        new = (saves >= s0) & (saves <= s1) & ~state["filled"] & valid
         records = tuple(
             jnp.where(new.reshape((k,) + (1,) * (old.ndim - 1)), value, old)
             for old, value in zip(
