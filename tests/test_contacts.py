@@ -494,13 +494,13 @@ def test_a_light_body_moves_by_its_own_forces_beside_a_heavy_one(closed_forms):
     thousand tonnes, then rises as g (t − 1/2)³ / 3, as alone."""
     sol = closed_forms
     t = np.asarray(sol.ts[13])
-    assert np.all(np.asarray(sol.status[13:]) == ukjax.Status.SUCCESS)
+    assert np.all(np.asarray(sol.status[13:15]) == ukjax.Status.SUCCESS)
     a = G * (np.sin(THETA) - 0.3 * np.cos(THETA))
     np.testing.assert_allclose(np.asarray(sol.q[13, :, 0]), 0.5 * a * t**2, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(float(sol.contacts.event_times[14, 0]), 0.5, rtol=1e-8)
     np.testing.assert_allclose(np.asarray(sol.q[14, :, 1]), G * np.maximum(t - 0.5, 0) ** 3 / 3, rtol=1e-8, atol=1e-9)
     # the heavy companions did not move
-    np.testing.assert_allclose(np.asarray(sol.q[13:, :, 2:]), np.broadcast_to([10.0, 0.0], (2, t.size, 2)), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(sol.q[13:15, :, 2:]), np.broadcast_to([10.0, 0.0], (2, t.size, 2)), atol=1e-12)
 
 
 def test_the_command_line_simulates_the_file_with_its_contacts(scene, tmp_path, capsys):

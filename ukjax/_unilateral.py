@@ -81,9 +81,12 @@ def concatenate(parts: list[ContactRows]) -> ContactRows | None:
     if not parts:
         return None
     if any(p.crossing is not None for p in parts):
-        parts = [p if p.crossing is not None else eqx.tree_at(
-            lambda p: p.crossing, p, jnp.full(p.size, jnp.inf, p.friction.dtype), is_leaf=lambda x: x is None
-        ) for p in parts]
+        # beside contacts that can be crossed, the others never are
+        never = lambda p: jnp.full(p.size, jnp.inf, p.friction.dtype)  # noqa: E731
+        parts = [
+            p if p.crossing is not None else eqx.tree_at(lambda p: p.crossing, p, never(p), is_leaf=lambda x: x is None)
+            for p in parts
+        ]
     return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
 
 
