@@ -68,3 +68,40 @@ def test_coefficients_out_of_range_are_refused(friction, restitution, bad):
     )
     with pytest.raises(ValueError, match="restitution coefficients in"):
         ukjax.simulate(system, jnp.array([0.0, 1.0]), jnp.zeros(2), 0.0, 1.0)
+
+
+class _Pushed(ukjax.AbstractUnconstrainedSystem):
+    """A unit point mass on the floor z = 0, pushed along it by F = (3, 5t) N."""
+
+    def mass_matrix(self, t, q):
+        return jnp.eye(3, dtype=q.dtype)
+
+    def forces(self, t, q, qd):
+        return jnp.stack([3.0 + 0 * t, 5.0 * t, -9.81]).astype(q.dtype)
+
+
+def test_a_slide_from_rest_under_a_turning_force_against_dop853():
+    """With μ = 0.5 the mass sticks until |F| = μ m g (t = 0.776 s), then slides in the
+    direction of the force that broke the cone and turns with its slip: q(2 s) against
+    scipy's DOP853 at 1e-13 on `v̇ = F − μ m g v/|v|` from there, to 1e-5 m at the default
+    tolerances (it was 2.2e-3 m off, in 7.9e4 steps, where `v/|v|` of a slip below the
+    tolerance set the direction), in under 2 000 steps."""
+    from scipy.integrate import solve_ivp
+
+    floor = ukjax.Unilateral(lambda t, q: q[2], friction=0.5, slip=lambda t, q, qd: qd[None, :2])
+    system = ukjax.ConstrainedSystem(_Pushed(), floor)
+    sol = ukjax.simulate(system, jnp.zeros(3), jnp.zeros(3), 0.0, 2.0)
+    weight = 0.5 * 9.81
+    onset = np.sqrt((weight**2 - 9) / 25)
+    # the event fires where the cone is passed by 2e-6 of the contact's force scale (24.5 N
+    # here: its weight twice, its friction), 1.2e-5 s late under a force rising at 4 N/s
+    assert 0 < float(sol.contacts.event_times[0]) - onset < 2e-5
+
+    def sliding(t, y):
+        force, v = np.array([3.0, 5.0 * t]), y[2:]
+        speed = np.linalg.norm(v)
+        return np.r_[v, force - weight * (v / speed if speed > 0 else force / np.linalg.norm(force))]
+
+    reference = solve_ivp(sliding, (onset, 2.0), np.zeros(4), method="DOP853", rtol=1e-13, atol=1e-15).y[:2, -1]
+    np.testing.assert_allclose(np.asarray(sol.q[-1, :2]), reference, atol=1e-5)
+    assert int(sol.stats["num_steps"]) < 2000 and float(sol.q[-1, 2]) == 0.0

@@ -17,7 +17,7 @@ from ._arrays import as_inexact
 from ._constraints import AbstractConstraint, Baumgarte, ConstraintRows, stack_rows
 from ._core import Method, UKSolution, check_method, check_shapes, free_solve, uk_solve
 from ._projection import Projection, project
-from ._unilateral import AbstractUnilateral, ContactRows, Modes, candidates, concatenate, select_modes, sliding_now, solve_modes
+from ._unilateral import AbstractUnilateral, ContactRows, Modes, candidates, concatenate, select_modes, solve_modes
 
 Time = Real[ArrayLike, ""]
 Coordinates = Float[Array, " n"]
@@ -75,7 +75,6 @@ def solve_contacts(M, Q, level: ConstraintLevel, modes: Modes | None = None, dif
         return select_modes(
             M, Q, level.rows, contacts, candidates(contacts), contacts.tangent.phid.reshape(-1, 2), differentiable
         )
-    modes = sliding_now(modes, contacts)
     sol = solve_modes(M, Q, level.rows, contacts, modes)
     return modes, sol, sol.solvable
 
