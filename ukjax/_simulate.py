@@ -610,7 +610,11 @@ def _event_value(s, y, args, **kwargs):
         ),
         jnp.where((modes.mode == SLIDING) & friction, slip + _GAP_OFFSET, jnp.inf),
     ]
-    return _EVENT_SCALE * jnp.min(jnp.stack(values))
+    # where no acceleration exists (a mass matrix that is not positive definite) the values
+    # are NaN: no event, so that the fault stops the run (`_StopAtFault`) and is reported,
+    # instead of every step being rejected until max_steps
+    value = _EVENT_SCALE * jnp.min(jnp.stack(values))
+    return jnp.where(jnp.isnan(value), jnp.inf, value)
 
 
 def _transition(system, t, q, qd, rest_speed):
@@ -757,6 +761,11 @@ def _simulate_events(
         q, qd, modes, jump, force_scale, penetration, converged, valid = _transition(
             system, time(s0), state["q"], state["qd"], rest_speed
         )
+        # where the transition has no solution (a mass matrix that is not positive definite)
+        # the stretch starts from the state before it: its first step meets the fault, which
+        # stops the run and names it, where a NaN state had every step rejected
+        finite = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd))
+        q, qd = jnp.where(finite, q, state["q"]), jnp.where(finite, qd, state["qd"])
         # the events are counted from the first transition after the start
         event_times = state["event_times"].at[count].set(jnp.where(start, jnp.inf, time(s0)))
         impulses = state["impulses"].at[count].set(jnp.where(start, 0, jump))
