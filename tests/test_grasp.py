@@ -274,3 +274,31 @@ def test_a_plane_on_a_static_body_and_an_explicit_pair_as_mujoco_reads_them():
     mujoco.mj_forward(mj, data)
     assert data.ncon == 1 and data.contact[0].dim == 1
     assert floor.names == ("ball–floor",) and float(floor.friction[0]) == 0.0
+
+
+MARGINS = """<mujoco><worldbody><geom name="floor" type="plane" size="5 5 .1"/>
+<body name="ball" pos="0 0 0.3"><freejoint/><geom name="ball" size="0.1" mass="1" margin="0.05" gap="0.01"/></body>
+<body name="arm" pos="2 0 1"><joint name="h" type="hinge" axis="0 1 0" range="-30 30" margin="0.1"/>
+  <geom type="capsule" fromto="0 0 0 0.5 0 0" size="0.02" mass="1" contype="0" conaffinity="0"/></body>
+</worldbody></mujoco>"""
+
+
+def test_margins_move_the_surfaces_and_limits_as_in_mujoco():
+    """A geom's `margin` moves its surface out (the sphere is 0.05 m larger against the floor;
+    its `gap` moves nothing in MuJoCo), a joint's limit `margin` moves its limits in (±30°
+    becomes ±(30° − 0.1 rad)); MuJoCo, run to rest on the same file, sits there to its
+    softness. A negative `solref` (stiffness and damping given directly) has no exact
+    counterpart and is named."""
+    import mujoco
+
+    limits, floor = ukjax.models.from_mjcf(MARGINS).unilateral
+    np.testing.assert_allclose(np.asarray(floor.radii), [0.15])
+    np.testing.assert_allclose(np.asarray(limits.upper), np.deg2rad(30) - 0.1)
+    np.testing.assert_allclose(np.asarray(limits.lower), -np.deg2rad(30) + 0.1)
+    mj = mujoco.MjModel.from_xml_string(MARGINS)
+    data = mujoco.MjData(mj)
+    while data.time < 3:
+        mujoco.mj_step(mj, data)
+    assert abs(data.qpos[2] - 0.15) < 1e-3 and abs(data.qpos[7] - (np.deg2rad(30) - 0.1)) < 2e-3
+    with pytest.warns(UserWarning, match="negative solref .1 geom pairs: floor–ball"):
+        ukjax.models.from_mjcf(MARGINS.replace('margin="0.05" gap="0.01"', 'solref="-10000 -10"'))

@@ -73,12 +73,14 @@ def _disabled(mjm, *flags: str) -> bool:
 _CORNERS = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=float)
 
 
-def _colliding_pairs(mjm) -> list[tuple[int, int, float, int]]:
-    """The geom pairs MuJoCo's collision filter admits, with their sliding friction and
-    `condim`: different weld bodies, not parent and child (unless `filterparent` is disabled
-    or one is the world), not excluded, compatible `contype`/`conaffinity` (friction and
-    `condim`: the higher `priority`'s, else the larger); plus explicit `<pair>`s with their own,
-    which replace the dynamic contact of the same two geoms."""
+def _colliding_pairs(mjm) -> list[tuple[int, int, float, int, float]]:
+    """The geom pairs MuJoCo's collision filter admits, with their sliding friction, `condim`
+    and `margin` (how far from the surfaces MuJoCo's contact acts; its `gap` moves nothing
+    there, measured with MuJoCo 4): different weld bodies, not parent and child (unless
+    `filterparent` is disabled or one is the world), not excluded, compatible
+    `contype`/`conaffinity` (friction and `condim`: the higher `priority`'s, else the larger;
+    the margin the larger); plus explicit `<pair>`s with their own, which replace the dynamic
+    contact of the same two geoms."""
     if _disabled(mjm, "CONSTRAINT") or _disabled(mjm, "CONTACT"):
         return []
     weld, parent = mjm.body_weldid, mjm.body_weldid[mjm.body_parentid[mjm.body_weldid]]
@@ -86,11 +88,13 @@ def _colliding_pairs(mjm) -> list[tuple[int, int, float, int]]:
     excluded = set(int(x) for x in mjm.exclude_signature)
     geoms = np.flatnonzero((mjm.geom_contype != 0) | (mjm.geom_conaffinity != 0))
     found = [
-        (int(a), int(b), float(mu), int(dim))
-        for a, b, mu, dim in zip(mjm.pair_geom1, mjm.pair_geom2, mjm.pair_friction[:, 0], mjm.pair_dim)
+        (int(a), int(b), float(mu), int(dim), float(margin))
+        for a, b, mu, dim, margin in zip(
+            mjm.pair_geom1, mjm.pair_geom2, mjm.pair_friction[:, 0], mjm.pair_dim, mjm.pair_margin
+        )
     ]
     # a geom pair given explicitly is that pair alone (MuJoCo: one contact, the pair's own)
-    explicit = {frozenset((a, b)) for a, b, _, _ in found}
+    explicit = {frozenset(pair[:2]) for pair in found}
     for k, g1 in enumerate(geoms):
         for g2 in geoms[k + 1 :]:
             if frozenset((int(g1), int(g2))) in explicit:
@@ -107,7 +111,8 @@ def _colliding_pairs(mjm) -> list[tuple[int, int, float, int]]:
                 dim1, dim2 = mjm.geom_condim[g1], mjm.geom_condim[g2]
                 mu = mu1 if p1 > p2 else mu2 if p2 > p1 else max(mu1, mu2)
                 dim = dim1 if p1 > p2 else dim2 if p2 > p1 else max(dim1, dim2)
-                found.append((int(g1), int(g2), float(mu), int(dim)))
+                margin = max(mjm.geom_margin[g1], mjm.geom_margin[g2])
+                found.append((int(g1), int(g2), float(mu), int(dim), float(margin)))
     return found
 
 
@@ -122,7 +127,12 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
     limited = [j for j in np.flatnonzero(mjm.jnt_limited) if _KINDS[int(mjm.jnt_type[j])] in ("hinge", "slide")]
     if limited and limits_on:
         names = [_name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint") for j in limited]
-        out.append(JointLimits(tree, names, mjm.jnt_range[limited, 0], mjm.jnt_range[limited, 1]))
+        # a limit's margin moves it inwards: MuJoCo's limit acts that far inside the range
+        margin = mjm.jnt_margin[limited]
+        out.append(JointLimits(tree, names, mjm.jnt_range[limited, 0] + margin, mjm.jnt_range[limited, 1] - margin))
+        direct = [n for n, j in zip(names, limited) if mjm.jnt_solref[j, 0] < 0]
+        if direct:
+            notes.append(f"the stiffness and damping of joint limits given as negative solref ({', '.join(direct)}): exact here")
     cones = [
         _name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint")
         for j in np.flatnonzero(mjm.jnt_limited)
@@ -151,8 +161,11 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
     world = mujoco.MjData(mjm)
     mujoco.mj_kinematics(mjm, world)
     on_planes, on_shapes, others, sampled, twisting = [], [], [], [], 0
-    for g1, g2, mu, dim in _colliding_pairs(mjm):
+    direct = []
+    for g1, g2, mu, dim, margin in _colliding_pairs(mjm):
         mu = 0.0 if dim == 1 else mu
+        if min(mjm.geom_solref[g1, 0], mjm.geom_solref[g2, 0]) < 0:
+            direct.append(f"{geom(g1)}–{geom(g2)}")
         if kind(g2) == "plane" or kind(g1) == "sphere":
             g1, g2 = g2, g1
         # a plane on a body without joints is welded to the world (MuJoCo's static bodies)
@@ -165,7 +178,9 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
             points = spheres(g2)
             for i, (point, radius) in enumerate(points):
                 label = f"{geom(g2)}–{geom(g1)}" + (f"[{i}]" if len(points) > 1 else "")
-                on_planes.append((body(g2), point, radius, normal, normal @ origin, mu, label))
+                # a margin moves the surface out by it: the sphere grows (MuJoCo rests a ball
+                # that far above the floor, to its softness)
+                on_planes.append((body(g2), point, radius + margin, normal, normal @ origin, mu, label))
         else:
             # a sphere's centre against the other shape; boxes' corners and capsules' end
             # spheres against each other's shape, both ways
@@ -178,7 +193,8 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                 for i, (point, radius) in enumerate(points):
                     label = f"{geom(a)}–{geom(b)}" + (f"[{i}]" if len(points) > 1 else "")
                     on_shapes.append(
-                        (body(a), point, radius, body(b), kind(b), mjm.geom_pos[b], _rotation(mjm.geom_quat[b]), size, mu, label)
+                        (body(a), point, radius + margin, body(b), kind(b), mjm.geom_pos[b], _rotation(mjm.geom_quat[b]), size,
+                         mu, label)
                     )
     if on_planes:
         bodies, centres, radii, normals, offsets, friction, labels = zip(*on_planes)
@@ -190,6 +206,11 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                 tree, bodies, np.array(centres), np.array(radii), shape_bodies, shape_kinds, np.array(positions),
                 np.array(rotations), np.array(sizes), np.array(friction), names=labels,
             )
+        )
+    if direct:
+        notes.append(
+            f"the stiffness and damping of contacts given as negative solref ({len(direct)} geom pairs: "
+            f"{', '.join(direct[:6])}{', …' if len(direct) > 6 else ''}): exact here, their restitution 0"
         )
     if sampled:
         warnings.warn(
