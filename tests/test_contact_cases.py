@@ -109,3 +109,43 @@ def test_a_slide_from_rest_under_a_turning_force_against_dop853():
     reference = solve_ivp(sliding, (onset + tau, 2.0), start, method="DOP853", rtol=1e-12, atol=1e-15).y[:2, -1]
     np.testing.assert_allclose(np.asarray(sol.q[-1, :2]), reference, atol=1e-5)
     assert int(sol.stats["num_steps"]) < 2000 and float(sol.q[-1, 2]) == 0.0
+
+
+HALF = 0.5  # the rod's half length
+
+
+class _Rod(ukjax.AbstractUnconstrainedSystem):
+    """A unit-mass rod in the plane, `(x, y, θ)` of its centre and its angle to the floor."""
+
+    def mass_matrix(self, t, q):
+        return jnp.diag(jnp.array([1.0, 1.0, HALF**2 / 3])).astype(q.dtype)
+
+    def forces(self, t, q, qd):
+        return jnp.array([0.0, -9.81, 0.0]).astype(q.dtype)
+
+
+def _rod_end(t, q):
+    return q[1] - HALF * jnp.sin(q[2])
+
+
+def _rod_slip(t, q, qd):
+    return qd[0] + HALF * jnp.sin(q[2]) * qd[2]
+
+
+def test_painleves_paradox_is_said():
+    """A rod at θ = atan 2 whose lower end slides back along the floor: its normal force
+    solves `N (1 + 3 cos²θ − 3 μ sin θ cos θ) = m g`. With μ = 0.5 the factor is 1 and N = m g
+    at the start; with μ = 2 it is −0.8, no mode solves the problem (Painlevé), and the run
+    says so with CONTACT_UNRESOLVED (the search re-closed the contact frictionless and called
+    it solved)."""
+    theta = np.arctan(2.0)
+    q0, qd0 = jnp.array([0.0, HALF * np.sin(theta), theta]), jnp.array([-1.0, 0.0, 0.0])
+
+    def run(mu):
+        end = ukjax.Unilateral(_rod_end, friction=mu, slip=_rod_slip)  # one program for both
+        return ukjax.simulate(ukjax.ConstrainedSystem(_Rod(), end), q0, qd0, 0.0, 0.1, throw=False)
+
+    sliding = run(0.5)
+    assert int(sliding.status) == ukjax.Status.SUCCESS and int(sliding.contacts.mode[0, 0]) == 1
+    np.testing.assert_allclose(float(sliding.contacts.normal[0, 0]), 9.81, rtol=1e-12)
+    assert int(run(2.0).status) == ukjax.Status.CONTACT_UNRESOLVED

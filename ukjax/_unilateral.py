@@ -424,7 +424,10 @@ def select_modes(
             [OPEN, jnp.where(can_stick[i], STICKING, SLIDING)],
             SLIDING,
         )
-        direction = jnp.where(new == OPEN, 0, modes.direction[i])
+        # a contact closing again slides against its slip (opening cleared its direction; a
+        # slipping contact re-closed without one would be frictionless, and Painlevé's
+        # paradox, where no mode solves the problem, would read as solved)
+        direction = jnp.where(new == OPEN, 0, jnp.where(kind == 1, start.direction[i], modes.direction[i]))
         mode, direction = mode.at[i].set(new), modes.direction.at[i].set(direction)
         # Where the worst violation is a cone's, every contact outside its cone starts to slide
         # at once, against its own sticking force: one at a time, the forces that stay
