@@ -41,16 +41,19 @@ def _slip(t, q, qd):
     return qd[0::2]
 
 
-def _on_floor(mass, gravity, restitution, friction, ramp=(0.0, 0.0), companion=1.0):
-    """The point on the floor, and beside it a companion of mass `companion` that rests far
-    away on the same floor (frictional enough to stick on any incline here, plastic)."""
+def _on_floor(mass, gravity, restitution, friction, ramp=(0.0, 0.0), companion=None):
+    """The point on the floor, alone or beside a companion of mass `companion` that rests far
+    away on the same floor (frictional enough to stick on any incline here, plastic; twice the
+    coordinates compile in twice the time, so only the tests that need it have it)."""
     # the gap and slip as module-level functions: every such system has one structure, so one
     # compiled simulation serves the tests that share shapes
     pair = lambda a, b: jnp.stack(jnp.broadcast_arrays(jnp.asarray(a, float), jnp.asarray(b, float)), axis=-1)  # noqa: E731
+    alone = lambda a, b: jnp.asarray(a, float)  # noqa: E731
+    join = alone if companion is None else pair
     floor = ukjax.Unilateral(
-        _height, restitution=pair(restitution, 0.0), friction=pair(friction, 1.0), slip=_slip
+        _height, restitution=join(restitution, 0.0), friction=join(friction, 1.0), slip=_slip
     )
-    point = PointMass(pair(mass, companion), jnp.asarray(gravity, float), jnp.asarray(ramp, float))
+    point = PointMass(join(mass, companion), jnp.asarray(gravity, float), jnp.asarray(ramp, float))
     return ukjax.ConstrainedSystem(point, floor)
 
 
@@ -159,12 +162,12 @@ def test_a_run_out_of_events_says_so():
     """A ball allowed two events stops where a third would be (its third impact), with its
     status and the saves it reached; `throw` raises with what to do."""
     ball = _on_floor(2.0, DOWN, E, 0.3)
-    sol = ukjax.simulate(ball, *_start([0.0, H], [0.0, 0.0]), 0.0, 1.5, ts=TS, max_events=2, throw=False)
+    sol = ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, 1.5, ts=TS, max_events=2, throw=False)
     assert int(sol.status) == ukjax.Status.MAX_EVENTS_REACHED and int(sol.contacts.events) == 2
     reached = TS <= IMPACTS[2]
     assert np.all(np.isfinite(np.asarray(sol.q[reached]))) and not np.any(np.isfinite(np.asarray(sol.q[~reached])))
     with pytest.raises(RuntimeError, match="raise max_events"):
-        ukjax.simulate(ball, *_start([0.0, H], [0.0, 0.0]), 0.0, 1.5, ts=TS, max_events=2)
+        ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, 1.5, ts=TS, max_events=2)
 
 
 def test_a_start_inside_the_floor_is_moved_out_and_said():
@@ -173,11 +176,11 @@ def test_a_start_inside_the_floor_is_moved_out_and_said():
     `penetration`). The program of the test above."""
     ball = _on_floor(2.0, DOWN, E, 0.3)
     with pytest.warns(RuntimeWarning, match="starts inside a contact or a joint limit .the run., by up to 5.00e-01"):
-        sol = ukjax.simulate(ball, *_start([0.0, -0.5], [0.0, 0.0]), 0.0, 1.5, ts=TS, max_events=2, throw=False)
+        sol = ukjax.simulate(ball, [0.0, -0.5], [0.0, 0.0], 0.0, 1.5, ts=TS, max_events=2, throw=False)
     assert int(sol.status) == ukjax.Status.SUCCESS
     np.testing.assert_allclose(float(sol.contacts.start_penetration), 0.5, rtol=1e-12)
     assert float(sol.contacts.penetration) <= 1e-9
-    np.testing.assert_allclose(np.asarray(sol.q[:, :2]), 0.0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(sol.q), 0.0, atol=1e-12)
 
 
 def test_a_save_past_t1_by_rounding_is_made_and_one_past_it_by_more_is_refused():
@@ -188,12 +191,12 @@ def test_a_save_past_t1_by_rounding_is_made_and_one_past_it_by_more_is_refused()
     t1 = APEXES[1]
     ts = np.linspace(0.0, t1, TS.size)
     ts[-1] = np.nextafter(t1, np.inf)
-    sol = ukjax.simulate(ball, *_start([0.0, H], [0.0, 0.0]), 0.0, t1, ts=ts, max_events=2)
+    sol = ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, t1, ts=ts, max_events=2)
     assert float(sol.ts[-1]) == t1 and int(sol.contacts.events) == 2
     np.testing.assert_allclose(float(sol.q[-1, 1]), H * E**4, rtol=1e-8)
     for bad, match in ((ts + 1e-3, "must lie between"), (ts[::-1], "sorted in the direction")):
         with pytest.raises(ValueError, match=match):
-            ukjax.simulate(ball, *_start([0.0, H], [0.0, 0.0]), 0.0, t1, ts=bad, max_events=2)
+            ukjax.simulate(ball, [0.0, H], [0.0, 0.0], 0.0, t1, ts=bad, max_events=2)
 
 
 def test_an_event_that_cannot_be_located_says_so():
@@ -419,11 +422,13 @@ def test_a_box_sticks_on_an_incline_wherever_coulomb_allows_it(boxes):
     assert weight * np.sin(tilt) / 4 > mu * pairs[0, 0]
 
 
-def _thrown(parameters, adjoint):
-    """The thrown ball's position at t = 1 s (after two sliding impacts) for its mass, μ, e."""
+def _thrown(parameters, adjoint, companion=None):
+    """The thrown ball's position at t = 1 s (after two sliding impacts) for its mass, μ, e
+    (alone, or beside its resting companion, as in the batch: it moves alike)."""
     mass, mu, e = parameters
-    system = _on_floor(mass, DOWN, e, mu)
-    sol = ukjax.simulate(system, *_start(*THROWN_START), 0.0, 1.5, ts=TS, adjoint=adjoint)
+    system = _on_floor(mass, DOWN, e, mu, companion=companion)
+    start = THROWN_START if companion is None else _start(*THROWN_START)
+    sol = ukjax.simulate(system, *start, 0.0, 1.5, ts=TS, adjoint=adjoint)
     return sol.q[TS.tolist().index(1.0), :2]
 
 
@@ -454,7 +459,7 @@ def test_reverse_mode_through_impacts_and_sliding_matches_central_differences(cl
     mode cannot pass through. Out of the default suite: its program compiles in about 150 s
     on 2 cores (`pytest -m slow` runs it)."""
     weights = np.array([1.0, 2.0])
-    reverse = np.asarray(jax.grad(lambda p: _thrown(p, None) @ weights)(jnp.asarray(THROWN)))
+    reverse = np.asarray(jax.grad(lambda p: _thrown(p, None, companion=1.0) @ weights)(jnp.asarray(THROWN)))
     np.testing.assert_allclose(reverse, weights @ _central(closed_forms), rtol=1e-6, atol=1e-8)
     assert min(abs(reverse[1]), abs(reverse[2])) > 1e-2
 
