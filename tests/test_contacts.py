@@ -9,7 +9,7 @@ import pytest
 
 import ukjax
 
-# one worker: the module's two simulations are fixtures its tests share
+# one worker per fixture: the tests that share a compiled simulation run where it is
 pytestmark = pytest.mark.xdist_group("contacts")
 
 G = 9.81
@@ -262,6 +262,7 @@ def scene():
     return model, system, mj, model.q0, ukjax.simulate(system, model.q0, model.qd0, 0.0, 1.0, ts=ts)
 
 
+@pytest.mark.xdist_group("contacts_scene")
 def test_mjcf_limits_and_contacts_are_read_with_mujocos_masses(scene):
     model, _, mj, _, _ = scene
     limits, contacts = model.unilateral
@@ -279,6 +280,7 @@ def test_mjcf_limits_and_contacts_are_read_with_mujocos_masses(scene):
     np.testing.assert_allclose(np.asarray(model.system.masses[1:]), [1000 * 4 / 3 * np.pi * 0.1**3, 6.0, mj.body_mass[4]])
 
 
+@pytest.mark.xdist_group("contacts_scene")
 def test_a_pendulum_rebounds_from_its_limit_and_never_passes_it(scene):
     model, system, mj, q0, sol = scene
     theta = np.asarray(sol.q[:, 0])
@@ -293,6 +295,7 @@ def test_a_pendulum_rebounds_from_its_limit_and_never_passes_it(scene):
     np.testing.assert_allclose(impulses[hit[0]], inertia * 1.5 * speed, rtol=1e-8)
 
 
+@pytest.mark.xdist_group("contacts_scene")
 def test_a_sphere_slides_then_rolls_and_a_box_slides_to_rest(scene):
     model, _, mj, _, sol = scene
     t = np.asarray(sol.ts)
@@ -310,6 +313,7 @@ def test_a_sphere_slides_then_rolls_and_a_box_slides_to_rest(scene):
     assert np.all(corners[np.argsort(corners)[:4]] == 0)
 
 
+@pytest.mark.xdist_group("contacts_scene")
 def test_a_rod_on_its_end_stays_at_rest_held_by_m_g(scene):
     model, _, mj, q0, sol = scene
     rod = slice(15, 22)
@@ -319,6 +323,7 @@ def test_a_rod_on_its_end_stays_at_rest_held_by_m_g(scene):
     assert np.all(normal.min(axis=1) == 0)
 
 
+@pytest.mark.xdist_group("contacts_scene")
 def test_mujoco_on_the_same_file_agrees_to_its_softness(scene):
     """MuJoCo with a tight `solref` (0.002 s) and a 0.1 ms step: the sphere's and the box's
     paths agree to 0.1 mm; MuJoCo's floor gives by ~1e-5 m and its limit by degrees, ukjax's
@@ -377,6 +382,7 @@ def boxes():
     )
 
 
+@pytest.mark.xdist_group("contacts_boxes")
 def test_a_rocking_block_loses_housners_share_per_impact_and_comes_to_rest(boxes):
     """A box (half-sizes b, h in the plane of rocking) released on one bottom edge, leaning by
     θ₀, rocks from edge to edge. Each plastic impact keeps r = 1 − 3/2 sin²α of the angular
@@ -401,6 +407,7 @@ def test_a_rocking_block_loses_housners_share_per_impact_and_comes_to_rest(boxes
     assert float(sol.contacts.penetration) <= 1e-9
 
 
+@pytest.mark.xdist_group("contacts_boxes")
 def test_a_box_sticks_on_an_incline_wherever_coulomb_allows_it(boxes):
     """A tall box on an incline with tan θ < μ sticks: its four bottom corners stick, with the
     normal forces of statics (the downhill pair pressing harder by H m g sin θ / 2b) and each
@@ -512,6 +519,7 @@ def test_a_light_body_moves_by_its_own_forces_beside_a_heavy_one(closed_forms):
     np.testing.assert_allclose(np.asarray(sol.q[13:15, :, 2:]), np.broadcast_to([10.0, 0.0], (2, t.size, 2)), atol=1e-12)
 
 
+@pytest.mark.xdist_group("contacts_scene")
 def test_the_command_line_simulates_the_file_with_its_contacts(scene, tmp_path, capsys):
     """`ukjax simulate FILE`: the file's limits and contacts join the run by default (the
     program the scene above compiled: same structure, same options), and it reports them."""

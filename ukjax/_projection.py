@@ -1,5 +1,6 @@
 """Projection of a state onto a system's constraints: damped Gauss–Newton steps with a line
-search on `‖Φ‖²` for the positions, one least-squares step for the velocities."""
+search on `‖Φ‖²` for the positions, one least-squares step for the velocities; and the one
+step that takes an integration step's drift out."""
 
 import equinox as eqx
 import jax
@@ -7,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from . import _linalg as la
 from ._constraints import value_and_jacfwd
 from ._jit import jit
 
@@ -80,3 +82,20 @@ def project(system, t, q, qd, tol, max_steps) -> Projection:
     phi, phid = system.violation(t, q, qd)
     largest = jnp.maximum(jnp.max(jnp.abs(phi)), jnp.max(jnp.abs(phid)))
     return Projection(q, qd, phi, phid, steps, largest <= tol)
+
+
+def drift_step(system, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
+    """`(q, q̇)` with the drift an integration step leaves taken out: one minimum-norm
+    Gauss–Newton step of `q` onto `Φ = 0`, then the minimum-norm step of `q̇` onto `Φ̇ = 0`
+    (and `ψ = 0`) at the corrected `q` (the projection method for index-reduced DAEs, Hairer
+    & Wanner VII.2). What is left is second order in the drift."""
+
+    def rows(q):
+        levels = system.constraint_levels(t, q, qd)
+        return tuple(jnp.concatenate([getattr(level.rows, name) for level in levels]) for name in ("A", "phi", "phid"))
+
+    A, phi, _ = rows(q)
+    q = q - la.pinv_solve_multipliers(A, phi[:, None].astype(q.dtype), False)[0][:, 0]
+    A, _, phid = rows(q)
+    # Φ̇ and ψ are affine in q̇: this step is exact
+    return q, qd - la.pinv_solve_multipliers(A, phid[:, None].astype(q.dtype), False)[0][:, 0]
