@@ -28,13 +28,9 @@ from ._residuals import (
     torque_residuals as torque_residuals,
     trajectory_residuals as trajectory_residuals,
 )
-from ._simulate import (
-    RK4 as RK4,
-    Solution as Solution,
-    Status as Status,
-    simulate as simulate,
-    stiff_solver as stiff_solver,
-)
+from ._simulate import simulate as simulate
+from ._solution import Solution as Solution, Status as Status
+from ._stepping import RK4 as RK4, stiff_solver as stiff_solver
 from ._statistics import LeastSquaresResult as LeastSquaresResult
 from ._systems import (
     AbstractSystem as AbstractSystem,

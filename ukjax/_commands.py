@@ -83,11 +83,11 @@ def _row_units(tree, constraints, norms: int) -> dict[str, tuple[list[int], str]
 def _check_success(sol, what: str) -> None:
     """Raise for a run that did not end in SUCCESS (`main` turns it into exit status 1)."""
     import ukjax
-    from ukjax._simulate import _MESSAGES
+    from ukjax._solution import MESSAGES
 
     status = ukjax.Status(int(sol.status))
     if status != ukjax.Status.SUCCESS:
-        raise RuntimeError(f"{what} ended with status {status.name}: {_MESSAGES[status]}")
+        raise RuntimeError(f"{what} ended with status {status.name}: {MESSAGES[status]}")
 
 
 def run_scara(args: argparse.Namespace) -> None:

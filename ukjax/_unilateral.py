@@ -463,7 +463,7 @@ def sliding_now(modes: Modes, contacts: ContactRows, rest: Float[ArrayLike, ""])
     """The modes with each sliding contact's direction that of its slip now, where it slips
     faster than `rest`; slower, the one it started in (the direction of the force that broke
     its cone): near zero slip `v/|v|` is stiff and, integrated to a tolerance, mostly noise
-    (measured in `_simulate._SLIDE_SPEED`)."""
+    (measured in `_events._SLIDE_SPEED`)."""
     v = contacts.tangent.phid.reshape(-1, 2)
     moving = (modes.mode == SLIDING) & (norm(v) > rest)
     return modes._replace(direction=jnp.where(moving[:, None], unit(v), modes.direction))

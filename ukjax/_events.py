@@ -1,0 +1,363 @@
+"""Event-driven integration of a system with unilateral constraints: diffrax integrates each
+smooth stretch with the contacts' modes fixed and stops where a mode stops holding; each event
+applies its impacts and chooses the modes that hold from there."""
+
+import warnings
+
+import diffrax
+import equinox as eqx
+import equinox.internal as eqxi
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+
+from . import _linalg as la
+from ._jit import jit
+from ._solution import FATAL, Solution, Status, final_status
+from ._stepping import Bounded, StopAtFault, vector_field
+from ._systems import levels_violation, solve_levels
+from ._unilateral import (
+    CONE,
+    OPEN,
+    PULL,
+    SLIDING,
+    STICKING,
+    TOUCH,
+    ContactRecord,
+    Modes,
+    norm,
+    select_modes,
+    sliding_now,
+    valid_coefficients,
+)
+
+
+def warn_if_started_inside(solution: Solution, atol: float) -> None:
+    """Warn where a run (or members of a batch) started inside a contact or a joint limit by
+    more than `atol`: it began from the start projected out of it, not from the caller's.
+    Nothing happens under a transformation."""
+    record = solution.contacts
+    if record is None or isinstance(record.start_penetration, jax.core.Tracer):
+        return
+    if not record.start_penetration.is_fully_addressable:
+        return
+    depth = np.asarray(record.start_penetration)
+    inside = depth > float(atol)
+    if not np.any(inside):
+        return
+    members = f"{int(np.sum(inside))} of {inside.size} members" if inside.ndim else "the run"
+    warnings.warn(
+        f"The simulation starts inside a contact or a joint limit ({members}), by up to {float(np.max(depth)):.2e}: "
+        "it began from the start projected out of it onto g = 0 (sol.q[0] where ts starts at t0), so a "
+        "deep start moves the bodies and may leave the other constraints off (a quaternion's norm): start "
+        "outside the contacts, or from ConstrainedSystem.project's state.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+# Event values are kept this far above zero where a mode begins: diffrax's events fire when a
+# value goes from positive to non-positive, and a mode begins where its own condition is zero
+# (a contact released at λₙ = 0, a slide started at zero slip). Gaps and slip speeds in the
+# model's units. Forces, relative to each contact's own force scale at the segment's start
+# (`ContactSolution.scale`): twice
+# what the modes' search accepts (`PULL`, `CONE`), as a value that started a segment below zero
+# would hide every event of that segment.
+_GAP_OFFSET = 1e-12
+_FORCE_OFFSET = 2.0
+# The root finder stops where the bracket is 1e-14 wide and the value below 1e-14. Forces
+# solved through an ill-conditioned Delassus matrix (Cassie's feet and loops) carry more
+# round-off than that, and whether their events were located was luck: values are scaled so
+# that 1e-8 (m, m/s, or relative to a contact's force scale) counts as zero. A value that
+# jumps across zero still never gets there (`Status.CONTACT_UNRESOLVED`).
+_EVENT_SCALE = 1e-6
+# A sliding contact takes the direction of its slip once it slips faster than this many times
+# atol (`sliding_now`): below, the slip integrated to atol is too uncertain to give a direction.
+# A slide from rest under a turning force (F = (3, 5t) N on 1 kg, μ = 0.5), q(2 s) against
+# DOP853: at 1e-9 m/s, 2.2e-3 m off in 7.8e4 steps (atol 1e-8) and out of steps (1e-10); at
+# 1e3 atol, 1.1e-6 m in 579 steps, 2.8e-8 in 4 168, 1.4e-9 in 32 555 (atol 1e-8, 1e-10, 1e-12).
+_SLIDE_SPEED = 1e3
+
+
+def _contact_state(system, t, q, qd, modes=None, rest=None):
+    """`(dynamics, contact level, (modes, ContactSolution, converged))` at one state: in the
+    given modes (sliding as `sliding_now` says with `rest`), or in the modes that solve the
+    contact problem there."""
+    d = system.dynamics(t, q, qd)
+    if modes is not None:
+        modes = sliding_now(modes, d.levels[-1].contacts, rest)
+    _, contacts = solve_levels(d, modes)
+    return d, d.levels[-1], contacts
+
+
+def _event_value(s, y, args, **kwargs):
+    """Positive while every contact's mode holds: an open contact's gap, a closed one's
+    normal force, a sticking one's margin inside the friction cone, a sliding one's slip
+    along the direction it started in."""
+    system, t0, span, modes, rest, force_scale = args
+    q, qd, _ = y
+    _, level, (_, sol, _) = _contact_state(system, t0 + s * span, q, qd, modes, rest)
+    c = level.contacts
+    slip = jnp.einsum("kd,kd->k", c.tangent.phid.reshape(-1, 2), modes.direction)
+    friction = c.friction > 0
+    values = [
+        jnp.where(modes.mode == OPEN, c.normal.phi + _GAP_OFFSET, jnp.inf),
+        jnp.where(modes.mode != OPEN, sol.normal / force_scale + PULL * _FORCE_OFFSET, jnp.inf),
+        jnp.where(
+            (modes.mode == STICKING) & friction,
+            (c.friction * sol.normal - norm(sol.tangent)) / force_scale + CONE * _FORCE_OFFSET,
+            jnp.inf,
+        ),
+        jnp.where((modes.mode == SLIDING) & friction, slip + _GAP_OFFSET, jnp.inf),
+    ]
+    # where no acceleration exists (a mass matrix that is not positive definite) the values
+    # are NaN: no event, so that the fault stops the run (`StopAtFault`) and is reported,
+    # instead of every step being rejected until max_steps
+    value = _EVENT_SCALE * jnp.min(jnp.stack(values))
+    return jnp.where(jnp.isnan(value), jnp.inf, value)
+
+
+def _transition(system, t, q, qd, rest_speed):
+    """What happens at an event: the touching contacts and the equality rows projected back
+    onto `g = 0`, `Φ = 0` (two minimum-norm Gauss–Newton steps), then impacts by Newton's
+    law (the velocity-level complementarity problem, equality rows and resting contacts
+    held) at the projected configuration, so that no velocity residual is left where the
+    motion restarts, and the modes that hold from there.
+
+    **Returns:**
+
+    `(q, qd, modes, impulses, the contacts' force scales, penetration, converged, valid)`:
+    `valid` False where a contact's coefficients are out of range.
+    """
+    def newton(q, _):
+        level = system.constraint_levels(t, q, qd)[-1]
+        c = level.contacts
+        touching = c.normal.phi <= TOUCH
+        A = jnp.concatenate([level.rows.A, jnp.where(touching[:, None], c.normal.A, 0)])
+        r = jnp.concatenate([level.rows.phi, jnp.where(touching, c.normal.phi, 0)])
+        return q - la.pinv_solve_multipliers(A, r[:, None], False)[0][:, 0], jnp.max(-c.normal.phi, initial=0)
+
+    # the penetration met: the first step's, before any projection
+    q, penetration = jax.lax.scan(newton, q, None, length=2)
+    penetration = penetration[0]
+    d = system.dynamics(t, q, qd)
+    level = d.levels[-1]
+    c = level.contacts
+    k = c.size
+    approach = c.normal.phid
+    # Newton's law, except for impacts too slow to bounce measurably (Zeno's accumulation)
+    e = jnp.where(-approach * c.restitution > rest_speed, c.restitution, 0)
+    velocity_rows = lambda rows, target: eqx.tree_at(lambda r: r.b, rows, target)  # noqa: E731
+    contacts = eqx.tree_at(
+        lambda c: (c.normal, c.tangent),
+        c,
+        (
+            velocity_rows(c.normal, -approach - e * jnp.minimum(approach, 0)),
+            velocity_rows(c.tangent, -c.tangent.phid),
+        ),
+    )
+    equalities = velocity_rows(level.rows, -level.rows.phid)
+    touching = (c.normal.phi <= TOUCH) & (approach <= TOUCH)
+    slip = c.tangent.phid.reshape(k, 2)
+    moving = norm(slip) > rest_speed
+    # Coulomb's law for impulses: at an impact every touching contact may stick, slipping or
+    # not, where the impulse that stops its slip lies inside its cone; outside it, the
+    # impulse slides against that sticking impulse (a landing with a little tangential
+    # speed sticks, where a sliding impulse would reverse its slip). The cone is met to the
+    # impulse that changes a contact's slip by `rest_speed`, the integration's drift: an
+    # impact elsewhere must not set sliding a rolling contact whose only impulse corrects its
+    # drift. Without an impact the jump only corrects that drift for the contacts at rest,
+    # which is no impulse that a cone bounds, and the contacts that slip slide on.
+    impact = jnp.any(touching & (approach < -rest_speed))
+    L = la.cholesky(d.M, False)
+    mobility = jnp.max(jnp.sum(la.solve_lower(L, c.tangent.A.T, unroll=False) ** 2, axis=0).reshape(k, 2), axis=1)
+    slack = jnp.where(impact, rest_speed / jnp.where(mobility > 0, mobility, 1), jnp.inf)
+
+    # Zeno's accumulation, truncated: a contact that an impact elsewhere would lift off slower
+    # than `rest_speed` is held, as event-driven schemes stop at accumulation points (Acary &
+    # Brogliato 2008). A foot rocking from heel to toe otherwise goes through an unbounded
+    # series of ever smaller impacts.
+    def solve(held, _):
+        modes, jump, converged = select_modes(
+            d.M,
+            jnp.zeros_like(d.Q),
+            equalities,
+            contacts,
+            touching,
+            jnp.where((moving & ~impact)[:, None], slip, 0),
+            slack=slack,
+            held=held,
+        )
+        leaving = c.normal.A @ jump.x + approach
+        return held | (touching & (modes.mode == OPEN) & (leaving < rest_speed)), (jump, converged)
+
+    _, (jump, converged) = jax.lax.scan(solve, jnp.zeros(k, bool), None, length=2)
+    jump, converged = jax.tree.map(lambda x: x[-1], (jump, converged))
+    qd = qd + jump.x
+    # the modes from here on; their forces only scale the event values (off the tape)
+    _, (modes, sol, settled) = solve_levels(system.dynamics(t, q, qd), differentiable=False)
+    valid = valid_coefficients(c.friction, c.restitution)
+    return q, qd, modes, jump.normal, sol.scale, penetration, converged & settled & valid, valid
+
+
+@jit
+def simulate_events(
+    system, q0, qd0, t0, t1, ts, solver, rtol, atol, dt0, adaptive, max_steps, max_events, adjoint, progress_meter
+):
+    """`_simulate` for a system with unilateral constraints: diffrax integrates each smooth
+    stretch at its full order with the contacts' modes fixed, stops where a mode stops
+    holding (`_event_value` crosses zero, located by Newton's method on the dense output),
+    and `_transition` applies the impact and chooses the next modes."""
+    controller = diffrax.PIDController(rtol=rtol, atol=atol) if adaptive else diffrax.ConstantStepSize()
+    span = t1 - t0
+    scale = jnp.where(span == 0, 1.0, span)
+    if dt0 is not None:
+        dt0 = dt0 / scale
+    if adaptive and eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0)[-1].contacts.crossing is not None:
+        controller = Bounded(controller)
+    saves = (ts - t0) / scale
+    rest_speed = jnp.sqrt(atol)
+    k = ts.shape[0]
+    time = lambda s: t0 + s * span  # noqa: E731
+
+    dtype = q0.dtype
+    c = eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0)[-1].contacts.size
+    records = (
+        jnp.full((k,) + q0.shape, jnp.inf, dtype),
+        jnp.full((k,) + q0.shape, jnp.inf, dtype),
+        jnp.zeros((k, c), jnp.int32),
+        jnp.zeros((k, c, 2), dtype),
+        jnp.ones((k, c), dtype),
+    )
+    # The start is resolved as an event is (a ball dropped resting, a start inside a limit),
+    # by the loop's first pass: one copy of the transition in the program.
+    init = dict(
+        s=jnp.zeros((), dtype),
+        q=q0,
+        qd=qd0,
+        modes=Modes(jnp.zeros(c, jnp.int32), jnp.zeros((c, 2), dtype), jnp.ones(c, dtype)),
+        start=jnp.array(True),
+        health=jnp.zeros(4, dtype),
+        records=records,
+        filled=jnp.zeros(k, bool),
+        count=jnp.zeros((), jnp.int32),
+        event_times=jnp.full(max_events, jnp.inf, dtype),
+        impulses=jnp.zeros((max_events, c), dtype),
+        penetration=jnp.zeros((), dtype),
+        start_penetration=jnp.zeros((), dtype),
+        converged=jnp.array(True),
+        valid=jnp.array(True),
+        result=diffrax.RESULTS.successful,
+        steps=jnp.zeros((), jnp.int32),
+    )
+
+    def cond(state):
+        return (state["s"] < 1) & state["converged"] & (state["result"] == diffrax.RESULTS.successful) & (
+            state["count"] < max_events
+        )
+
+    def body(state):
+        s0, count, start = state["s"], state["count"], state["start"]
+        q, qd, modes, jump, force_scale, penetration, converged, valid = _transition(
+            system, time(s0), state["q"], state["qd"], rest_speed
+        )
+        # where the transition has no solution (a mass matrix that is not positive definite)
+        # the stretch starts from the state before it: its first step meets the fault, which
+        # stops the run and names it, where a NaN state had every step rejected
+        finite = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd))
+        q, qd = jnp.where(finite, q, state["q"]), jnp.where(finite, qd, state["qd"])
+        # the events are counted from the first transition after the start
+        event_times = state["event_times"].at[count].set(jnp.where(start, jnp.inf, time(s0)))
+        impulses = state["impulses"].at[count].set(jnp.where(start, 0, jump))
+        count = count + ~start
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(vector_field),
+            solver,
+            s0,
+            jnp.ones((), dtype),
+            dt0,
+            (q, qd, state["health"]),
+            args=(system, t0, span, modes, _SLIDE_SPEED * atol),
+            saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=jnp.clip(saves, s0, 1)), diffrax.SubSaveAt(t1=True)]),
+            stepsize_controller=StopAtFault(controller),
+            event=diffrax.Event(
+                lambda t, y, args, **kwargs: _event_value(t, y, args + (force_scale,)),
+                optx.Bisection(rtol=1e-14, atol=1e-14, flip=True),  # values fall through zero
+                direction=False,
+            ),
+            max_steps=max_steps,
+            adjoint=adjoint,
+            throw=False,
+            progress_meter=progress_meter,
+        )
+        (qs, qds, _), (s1, y1) = (sol.ys[0], (sol.ts[1][-1], sol.ys[1]))
+        q1, qd1, health = (x[-1] for x in y1)
+        # a member with invalid coefficients saves nothing: its run never started
+        new = (saves >= s0) & (saves <= s1) & ~state["filled"] & valid
+        records = tuple(
+            jnp.where(new.reshape((k,) + (1,) * (old.ndim - 1)), value, old)
+            for old, value in zip(
+                state["records"],
+                (qs, qds, *(jnp.broadcast_to(x, (k,) + x.shape) for x in modes)),
+            )
+        )
+        return dict(
+            s=s1,
+            q=q1,
+            qd=qd1,
+            modes=modes,
+            start=jnp.array(False),
+            health=health,
+            records=records,
+            filled=state["filled"] | new,
+            count=count,
+            event_times=event_times,
+            impulses=impulses,
+            # what the start brings in is the caller's, projected away; not counted
+            penetration=jnp.where(start, state["penetration"], jnp.maximum(state["penetration"], penetration)),
+            start_penetration=jnp.where(start, penetration, state["start_penetration"]),
+            converged=converged,
+            valid=valid,
+            result=diffrax.RESULTS.where(
+                sol.result == diffrax.RESULTS.event_occurred, diffrax.RESULTS.successful, sol.result
+            ),
+            steps=state["steps"] + sol.stats["num_steps"],
+        )
+
+    # reverse mode through the events needs the checkpointed loop, forward mode the plain one
+    kind = "lax" if isinstance(adjoint, diffrax.ForwardMode) else "checkpointed"
+    final = eqxi.while_loop(cond, body, init, max_steps=max_events + 1, kind=kind)
+    q, qd, mode, direction, weight = final["records"]
+    start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
+    status = final_status(final["result"], start_finite, final["health"], q, qd)
+    # A loop that ended before t1 with its last solve successful and no fault met stopped for
+    # the contacts (the saves it never reached are voided, which `_status` alone would read
+    # as a non-finite state).
+    stopped = (
+        (final["s"] < 1)
+        & (final["result"] == diffrax.RESULTS.successful)
+        & jnp.all(final["health"][:FATAL] == 0)
+        & start_finite
+    )
+    contacts_status = jnp.where(final["converged"], Status.MAX_EVENTS_REACHED, Status.CONTACT_UNRESOLVED)
+    status = jnp.where(stopped, contacts_status, status)
+    # The event's root finder stops only where the event value is within 1e-14 of zero: it
+    # runs out of steps where a value jumps across zero instead of crossing it.
+    unlocated = final["result"] == diffrax.RESULTS.nonlinear_max_steps_reached
+    status = jnp.where(unlocated & start_finite, Status.CONTACT_UNRESOLVED, status)
+    status = jnp.where(final["valid"], status, Status.INVALID_PARAMETERS).astype(jnp.int32)
+
+    def saved(t, q, qd, mode, direction, weight):
+        d, level, (_, sol, _) = _contact_state(system, t, q, qd, Modes(mode, direction, weight), _SLIDE_SPEED * atol)
+        # `violation` from the same levels
+        return level.contacts.normal.phi, sol.normal, sol.tangent, levels_violation(d.levels)
+
+    gap, normal, tangent, violation = jax.vmap(saved)(ts, q, qd, mode, direction, weight)
+    penetration = jnp.maximum(final["penetration"], jnp.max(jnp.where(jnp.isfinite(gap), -gap, 0), initial=0))
+    # exact contacts penetrate by round-off and the events' location: more is a contact passed
+    status = jnp.where((status == Status.SUCCESS) & (penetration > rest_speed), Status.CONTACT_MISSED, status)
+    record = ContactRecord(
+        gap, mode, normal, tangent, final["event_times"], final["impulses"], penetration, final["start_penetration"]
+    )
+    return Solution(ts, q, qd, *violation, status, {"num_steps": final["steps"]}, record)

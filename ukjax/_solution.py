@@ -1,0 +1,121 @@
+"""The outcome of a simulation: its `Solution` and `Status`, and how the status is read off
+diffrax's result and the health record integrated beside the state."""
+
+import enum
+
+import diffrax
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from ._unilateral import ContactRecord
+
+
+class Status(enum.IntEnum):
+    """Outcome of a simulation, one per batch member in `Solution.status`."""
+
+    SUCCESS = 0
+    MAX_STEPS_REACHED = 1
+    SOLVER_FAILED = 2
+    NONFINITE_STATE = 3
+    INCONSISTENT_CONSTRAINTS = 4
+    SINGULAR_MASS_MATRIX = 5
+    REDUNDANT_CONSTRAINTS = 6
+    CONTACT_UNRESOLVED = 7
+    MAX_EVENTS_REACHED = 8
+    INVALID_PARAMETERS = 9
+    CONTACT_MISSED = 10
+
+
+MESSAGES = {
+    Status.SUCCESS: "",
+    Status.MAX_STEPS_REACHED: "The solver ran out of steps before t1: raise max_steps, loosen "
+    "rtol/atol, or use ukjax.stiff_solver() if large Baumgarte gains made the problem stiff.",
+    Status.SOLVER_FAILED: "The solver failed (step size underflow or a failed implicit solve); "
+    "check the model for singular configurations.",
+    Status.NONFINITE_STATE: "The state or the acceleration became non-finite (NaN/inf): check the "
+    "initial conditions and the model's functions for NaN.",
+    Status.INCONSISTENT_CONSTRAINTS: "The constraints were inconsistent (A A⁺ b ≠ b) during the "
+    "run, or servo constraints asked for what the inputs cannot produce: check for "
+    "contradictory constraints, and that the actuation reaches every servo constraint.",
+    Status.SINGULAR_MASS_MATRIX: "The mass matrix stopped being symmetric positive definite "
+    "during the run (the solve stopped there): check the model's inertias and that its "
+    "configuration stays valid.",
+    Status.REDUNDANT_CONSTRAINTS: "method='cholesky' met linearly dependent (redundant) "
+    "constraint rows during the run (the solve stopped there): use method='svd', which handles "
+    "any rank.",
+    Status.CONTACT_UNRESOLVED: "At an event no choice of open, sliding and sticking contacts solved "
+    "the contact problem (Painlevé's paradox: sliding friction that no normal force balances, or "
+    "a search that did not settle), or an event could not be located (a gap, contact force or "
+    "slip that jumps across zero instead of crossing it); the run stopped there. Check the "
+    "friction coefficients and the contact geometry.",
+    Status.MAX_EVENTS_REACHED: "The run met max_events contact events (impacts, releases, "
+    "stick–slip changes) before t1: raise max_events.",
+    Status.INVALID_PARAMETERS: "A contact's friction coefficient was negative or not finite, or its "
+    "restitution outside [0, 1]: the run did not start.",
+    Status.CONTACT_MISSED: "A contact was found penetrated by more than √atol: the run passed through "
+    "it between two steps without seeing it. Tighten rtol/atol or report the geometry.",
+}
+
+# Components of the health record integrated beside the state: each integrates an indicator,
+# so it is non-zero once an accepted step met the fault at any stage, not only at saved times.
+_MASS, _RANK, _NONFINITE, _INCONSISTENT = range(4)
+FATAL = 3  # the first three stop the solve: no acceleration exists there
+
+
+
+
+class Solution(eqx.Module):
+    """The result of [`ukjax.simulate`][] at the saved times.
+
+    **Attributes:**
+
+    - `ts`: saved times, shape (k,).
+    - `q`, `qd`: coordinates and velocities, shape (k, n); `inf` from the step where a fault
+      stopped the solve onward.
+    - `phi`, `phid`: constraint violation at position and velocity level, shape (k, p), for a
+      `ConstrainedSystem` (see its `violation`) or the servo tracking error of a closed loop;
+      `None` for a system without constraints.
+    - `status`: a [`ukjax.Status`][] code (integer array; one per member of a batch).
+    - `stats`: diffrax's statistics (number of steps and so on).
+    - `contacts`: for a system with unilateral constraints, a [`ukjax.ContactRecord`][]
+      (gaps, modes and forces at the saved times, the events and their impulses, the
+      largest penetration); None otherwise.
+    """
+
+    ts: Float[Array, " k"]
+    q: Float[Array, "k n"]
+    qd: Float[Array, "k n"]
+    phi: Float[Array, "k p"] | None
+    phid: Float[Array, "k p"] | None
+    status: Int[Array, ""]
+    stats: dict
+    contacts: ContactRecord | None = None
+
+    @property
+    def success(self) -> Array:
+        """True where the simulation succeeded."""
+        return self.status == Status.SUCCESS
+
+
+def final_status(result, start_finite, health, q, qd) -> Int[Array, ""]:
+    # diffrax fills the saves after a failure with inf, so the trajectory's finiteness only
+    # tells something when the solve succeeded.
+    finite = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd))
+    met = health != 0
+    status = jnp.where(met[_INCONSISTENT], Status.INCONSISTENT_CONSTRAINTS, Status.SUCCESS)
+    status = jnp.where(finite, status, Status.NONFINITE_STATE)
+    status = jnp.where(
+        result == diffrax.RESULTS.successful,
+        status,
+        jnp.where(
+            result == diffrax.RESULTS.max_steps_reached, Status.MAX_STEPS_REACHED, Status.SOLVER_FAILED
+        ),
+    )
+    for index, code in (
+        (_NONFINITE, Status.NONFINITE_STATE),
+        (_RANK, Status.REDUNDANT_CONSTRAINTS),
+        (_MASS, Status.SINGULAR_MASS_MATRIX),
+    ):
+        status = jnp.where(met[index], code, status)
+    return jnp.where(start_finite, status, Status.NONFINITE_STATE).astype(jnp.int32)
