@@ -10,9 +10,11 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 from jaxtyping import ArrayLike, Float, Real
 
+from ._events import warn_if_started_inside
 from ._jit import jit
 from ._robots import kernels
-from ._simulate import DEFAULT_TOL, Solution, simulate, warn_if_started_inside, warn_if_started_off
+from ._simulate import DEFAULT_TOL, simulate, warn_if_started_off
+from ._solution import Solution
 from ._systems import AbstractSystem, check_state
 
 _AXIS = "batch"

@@ -13,7 +13,8 @@ from jaxtyping import Array, ArrayLike, Float, Real
 
 from ._constraints import Baumgarte
 from ._fit import fit
-from ._simulate import Status, simulate
+from ._simulate import simulate
+from ._solution import Status
 from ._systems import ConstrainedSystem
 
 
