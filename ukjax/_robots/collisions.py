@@ -1,0 +1,171 @@
+"""The contacts MuJoCo's collision filter admits in a compiled model, and its joint limits, as
+exact unilateral constraints."""
+
+import warnings
+
+import numpy as np
+
+from .contacts import SHAPES, JointLimits, PlaneContacts, ShapeContacts
+from .mjmodel import _KINDS, _disabled, _name, _rotation
+from .tree import RigidBodyTree
+
+
+# a box's corners in units of its half sizes
+_CORNERS = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=float)
+
+
+def _colliding_pairs(mjm) -> list[tuple[int, int, float, int, float]]:
+    """The geom pairs MuJoCo's collision filter admits, with their sliding friction, `condim`
+    and `margin` (how far from the surfaces MuJoCo's contact acts; its `gap` moves nothing
+    there, measured with MuJoCo 4): different weld bodies, not parent and child (unless
+    `filterparent` is disabled or one is the world), not excluded, compatible
+    `contype`/`conaffinity` (friction and `condim`: the higher `priority`'s, else the larger;
+    the margin the larger); plus explicit `<pair>`s with their own, which replace the dynamic
+    contact of the same two geoms."""
+    if _disabled(mjm, "CONSTRAINT") or _disabled(mjm, "CONTACT"):
+        return []
+    weld, parent = mjm.body_weldid, mjm.body_weldid[mjm.body_parentid[mjm.body_weldid]]
+    filter_parent = not _disabled(mjm, "FILTERPARENT")
+    excluded = set(int(x) for x in mjm.exclude_signature)
+    geoms = np.flatnonzero((mjm.geom_contype != 0) | (mjm.geom_conaffinity != 0))
+    found = [
+        (int(a), int(b), float(mu), int(dim), float(margin))
+        for a, b, mu, dim, margin in zip(
+            mjm.pair_geom1, mjm.pair_geom2, mjm.pair_friction[:, 0], mjm.pair_dim, mjm.pair_margin
+        )
+    ]
+    # a geom pair given explicitly is that pair alone (MuJoCo: one contact, the pair's own)
+    explicit = {frozenset(pair[:2]) for pair in found}
+    for k, g1 in enumerate(geoms):
+        for g2 in geoms[k + 1 :]:
+            if frozenset((int(g1), int(g2))) in explicit:
+                continue
+            b1, b2 = int(mjm.geom_bodyid[g1]), int(mjm.geom_bodyid[g2])
+            w1, w2 = weld[b1], weld[b2]
+            if w1 == w2 or (filter_parent and w1 and w2 and (w1 == parent[w2] or w2 == parent[w1])):
+                continue
+            if ((min(b1, b2) << 16) + max(b1, b2)) in excluded:
+                continue
+            if (mjm.geom_contype[g1] & mjm.geom_conaffinity[g2]) or (mjm.geom_contype[g2] & mjm.geom_conaffinity[g1]):
+                p1, p2 = mjm.geom_priority[g1], mjm.geom_priority[g2]
+                mu1, mu2 = mjm.geom_friction[g1, 0], mjm.geom_friction[g2, 0]
+                dim1, dim2 = mjm.geom_condim[g1], mjm.geom_condim[g2]
+                mu = mu1 if p1 > p2 else mu2 if p2 > p1 else max(mu1, mu2)
+                dim = dim1 if p1 > p2 else dim2 if p2 > p1 else max(dim1, dim2)
+                margin = max(mjm.geom_margin[g1], mjm.geom_margin[g2])
+                found.append((int(g1), int(g2), float(mu), int(dim), float(margin)))
+    return found
+
+
+def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
+    """The file's joint limits, the contacts of its spheres, capsules and boxes with planes
+    fixed in the world and with each other, as exact unilateral constraints; what else could
+    collide goes to `notes`."""
+    import mujoco
+
+    out = []
+    limits_on = not (_disabled(mjm, "CONSTRAINT") or _disabled(mjm, "LIMIT"))
+    limited = [j for j in np.flatnonzero(mjm.jnt_limited) if _KINDS[int(mjm.jnt_type[j])] in ("hinge", "slide")]
+    if limited and limits_on:
+        names = [_name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint") for j in limited]
+        # a limit's margin moves it inwards: MuJoCo's limit acts that far inside the range
+        margin = mjm.jnt_margin[limited]
+        out.append(JointLimits(tree, names, mjm.jnt_range[limited, 0] + margin, mjm.jnt_range[limited, 1] - margin))
+        direct = [n for n, j in zip(names, limited) if mjm.jnt_solref[j, 0] < 0]
+        if direct:
+            notes.append(f"the stiffness and damping of joint limits given as negative solref ({', '.join(direct)}): exact here")
+    cones = [
+        _name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j, "joint")
+        for j in np.flatnonzero(mjm.jnt_limited)
+        if _KINDS[int(mjm.jnt_type[j])] == "ball"
+    ]
+    if cones and limits_on:
+        notes.append(f"the cone limits of ball joints ({', '.join(cones)})")
+    geom = lambda g: _name(mjm, mujoco.mjtObj.mjOBJ_GEOM, g, "geom")  # noqa: E731
+    body = lambda g: "world" if mjm.geom_bodyid[g] == 0 else tree.body_names[mjm.geom_bodyid[g] - 1]  # noqa: E731
+    kinds = {int(getattr(mujoco.mjtGeom, f"mjGEOM_{kind.upper()}")): kind for kind in SHAPES}
+    kind = lambda g: kinds.get(int(mjm.geom_type[g]))  # noqa: E731
+
+    def spheres(g) -> list[tuple[np.ndarray, float]]:
+        """The geom as spheres in its body's frame: a sphere, a capsule's end spheres, a box's
+        corners (radius 0)."""
+        R, size = _rotation(mjm.geom_quat[g]), mjm.geom_size[g]
+        if kind(g) == "sphere":
+            points, radius = [np.zeros(3)], size[0]
+        elif kind(g) == "capsule":
+            points, radius = [R[:, 2] * size[1], -R[:, 2] * size[1]], size[0]
+        else:
+            points, radius = list(_CORNERS * size @ R.T), 0.0
+        return [(mjm.geom_pos[g] + point, float(radius)) for point in points]
+
+    # the static geoms' world poses (those of bodies welded to the world do not depend on q)
+    world = mujoco.MjData(mjm)
+    mujoco.mj_kinematics(mjm, world)
+    on_planes, on_shapes, others, sampled, twisting = [], [], [], [], 0
+    direct = []
+    for g1, g2, mu, dim, margin in _colliding_pairs(mjm):
+        mu = 0.0 if dim == 1 else mu
+        if min(mjm.geom_solref[g1, 0], mjm.geom_solref[g2, 0]) < 0:
+            direct.append(f"{geom(g1)}–{geom(g2)}")
+        if kind(g2) == "plane" or kind(g1) == "sphere":
+            g1, g2 = g2, g1
+        # a plane on a body without joints is welded to the world (MuJoCo's static bodies)
+        if kind(g1) is None or kind(g2) in (None, "plane") or (kind(g1) == "plane" and mjm.body_weldid[mjm.geom_bodyid[g1]]):
+            others.append(f"{geom(g1)}–{geom(g2)}")
+            continue
+        twisting += dim > 3
+        if kind(g1) == "plane":
+            normal, origin = world.geom_xmat[g1].reshape(3, 3)[:, 2], world.geom_xpos[g1]
+            points = spheres(g2)
+            for i, (point, radius) in enumerate(points):
+                label = f"{geom(g2)}–{geom(g1)}" + (f"[{i}]" if len(points) > 1 else "")
+                # a margin moves the surface out by it: the sphere grows (MuJoCo rests a ball
+                # that far above the floor, to its softness)
+                on_planes.append((body(g2), point, radius + margin, normal, normal @ origin, mu, label))
+        else:
+            # a sphere's centre against the other shape; boxes' corners and capsules' end
+            # spheres against each other's shape, both ways
+            if kind(g2) != "sphere":
+                sampled.append(f"{geom(g1)}–{geom(g2)}")
+            for a, b in ((g2, g1),) if kind(g2) == "sphere" else ((g1, g2), (g2, g1)):
+                points = spheres(a)
+                used = {"sphere": 1, "capsule": 2, "box": 3}[kind(b)]
+                size = np.where(np.arange(3) < used, mjm.geom_size[b], 0.0)
+                for i, (point, radius) in enumerate(points):
+                    label = f"{geom(a)}–{geom(b)}" + (f"[{i}]" if len(points) > 1 else "")
+                    on_shapes.append(
+                        (body(a), point, radius + margin, body(b), kind(b), mjm.geom_pos[b], _rotation(mjm.geom_quat[b]), size,
+                         mu, label)
+                    )
+    if on_planes:
+        bodies, centres, radii, normals, offsets, friction, labels = zip(*on_planes)
+        out.append(PlaneContacts(tree, bodies, np.array(centres), np.array(radii), np.array(normals), np.array(offsets), np.array(friction), names=labels))
+    if on_shapes:
+        bodies, centres, radii, shape_bodies, shape_kinds, positions, rotations, sizes, friction, labels = zip(*on_shapes)
+        out.append(
+            ShapeContacts(
+                tree, bodies, np.array(centres), np.array(radii), shape_bodies, shape_kinds, np.array(positions),
+                np.array(rotations), np.array(sizes), np.array(friction), names=labels,
+            )
+        )
+    if direct:
+        notes.append(
+            f"the stiffness and damping of contacts given as negative solref ({len(direct)} geom pairs: "
+            f"{', '.join(direct[:6])}{', …' if len(direct) > 6 else ''}): exact here, their restitution 0"
+        )
+    if sampled:
+        warnings.warn(
+            f"Contacts between capsules and boxes are met at sampled points only, a capsule's two end spheres "
+            f"and a box's eight corners, each against the other shape ({len(sampled)} geom pairs: "
+            f"{', '.join(sampled[:6])}{', …' if len(sampled) > 6 else ''}): a capsule's middle across an edge, or two "
+            "crossed edges, pass through each other unseen. Spheres in their place are met exactly.",
+            stacklevel=4,
+        )
+    if twisting:
+        notes.append(f"torsional and rolling friction (condim 4 or 6) of {twisting} geom pair(s): sliding friction kept")
+    if others:
+        notes.append(
+            f"contacts other than those of planes, spheres, capsules and boxes ({len(others)} geom pairs: "
+            f"{', '.join(others[:6])}{', …' if len(others) > 6 else ''})"
+        )
+    return tuple(out)
