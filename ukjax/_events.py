@@ -26,6 +26,7 @@ from ._unilateral import (
     TOUCH,
     ContactRecord,
     Modes,
+    inverse_masses,
     norm,
     select_modes,
     sliding_now,
@@ -171,7 +172,7 @@ def _transition(system, t, q, qd, rest_speed):
     # which is no impulse that a cone bounds, and the contacts that slip slide on.
     impact = jnp.any(touching & (approach < -rest_speed))
     L = la.cholesky(d.M, False)
-    mobility = jnp.max(jnp.sum(la.solve_lower(L, c.tangent.A.T, unroll=False) ** 2, axis=0).reshape(k, 2), axis=1)
+    mobility = jnp.max(inverse_masses(L, c.tangent.A).reshape(k, 2), axis=1)
     slack = jnp.where(impact, rest_speed / jnp.where(mobility > 0, mobility, 1), jnp.inf)
 
     # Zeno's accumulation, truncated: a contact that an impact elsewhere would lift off slower

@@ -308,9 +308,8 @@ def solve_modes(
     residual = B @ z - target
     scale = jnp.linalg.norm(target) + jnp.linalg.norm(B) * jnp.linalg.norm(z)
     tangent = sticking + sliding
-    # each contact's inverse effective mass `Aₙ M⁻¹ Aₙᵀ` (open or closed) turns its free rate
-    # into a force
-    mobility = jnp.sum(la.solve_lower(L, contacts.normal.A.T, unroll=unroll) ** 2, axis=0)
+    # each contact's inverse effective mass (open or closed) turns its free rate into a force
+    mobility = inverse_masses(L, contacts.normal.A)
     free = jnp.abs(contacts.normal.b - contacts.normal.A @ a)
     own = jnp.abs(normal) + norm(tangent) + jnp.where(mobility > 0, free / jnp.where(mobility > 0, mobility, 1), 0)
     return ContactSolution(
@@ -324,6 +323,12 @@ def solve_modes(
         mass_check(M, L),
         solvable,
     )
+
+
+def inverse_masses(L: Float[Array, "n n"], A: Float[Array, "p n"]) -> Float[Array, " p"]:
+    """Each row's inverse effective mass, the diagonal of `A M⁻¹ Aᵀ` (`M = L Lᵀ`): what a unit
+    force along the row does to its rate (zero for a zero row)."""
+    return jnp.sum(la.solve_lower(L, A.T, unroll=False) ** 2, axis=0)
 
 
 def norm(v: Float[Array, "*k d"]) -> Float[Array, "*k"]:

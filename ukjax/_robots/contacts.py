@@ -204,7 +204,8 @@ def _distance(kind: str, y: Float[Array, "k 3"], size: Float[Array, "k 3"]):
     # a box: outside, the distance to its nearest point; inside, minus the distance to its
     # nearest face
     excess = jnp.abs(y) - size
-    outside, direction = norm(jnp.maximum(excess, 0.0)), unit(jnp.maximum(excess, 0.0))
+    beyond = jnp.maximum(excess, 0.0)
+    outside, direction = norm(beyond), unit(beyond)
     face = jnp.argmax(excess, axis=-1)
     inner = jnp.take_along_axis(excess, face[:, None], axis=-1)[:, 0]
     is_out = jnp.any(excess > 0, axis=-1)
