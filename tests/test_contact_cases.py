@@ -1,5 +1,5 @@
 """Contacts in the cases an outside review found wrong: bodies that must not pass through
-thin shapes between two steps, coefficients out of range (under `vmap`, and the impacts and
+thin shapes between two steps, capsules met across an edge or another capsule, coefficients out of range (under `vmap`, and the impacts and
 light bodies beside heavy ones: test_contacts.py's batch)."""
 
 import equinox as eqx
@@ -11,39 +11,80 @@ import ukjax
 
 pytestmark = pytest.mark.xdist_group("contact_cases")
 
-# No gravity: a ball thrown at 5 m/s at a resting ball 0.4 m ahead, the two then at a wall 2 cm
-# thick (all plastic, MuJoCo's default), on slides along x (free joints meet the same contact
-# rows, in a program that compiles four times longer): steps that grow without bound over the
-# force-free flight carried the balls through each other and the wall.
-THROUGH = """
+# One scene, one program, its parts kept apart by contype/conaffinity. A ball thrown at 5 m/s
+# at a resting ball 0.4 m ahead, the two then at a wall 2 cm thick (all plastic, MuJoCo's
+# default), on horizontal slides (free joints meet the same contact rows, in a program that
+# compiles four times longer): steps that grow without bound over the force-free flight
+# carried the balls through each other and the wall. A 1 m rod dropped across a 10 cm beam
+# (its end spheres off the beam: only its middle meets the beam's two top edges), on a slide
+# and a hinge about the beam's axis, its centre of mass 2 cm off the beam's middle, frictionless
+# (friction below the hinge would share the weight's moment indeterminately); a stick on
+# a slide dropped across a bar (the two capsules' axes crossed, neither's end over the other).
+SCENE = """
 <mujoco>
-  <option gravity="0 0 0"/>
   <worldbody>
     <geom name="wall" type="box" pos="1 0 0" size="0.01 0.5 0.5"/>
     <body name="cue"><joint type="slide" axis="1 0 0"/><geom type="sphere" size="0.05" mass="1"/></body>
     <body name="ball" pos="0.5 0 0"><joint type="slide" axis="1 0 0"/><geom type="sphere" size="0.05" mass="1"/></body>
+    <geom name="beam" type="box" pos="0 3 0.25" size="1 0.05 0.25" contype="2" conaffinity="2" condim="1"/>
+    <body name="rod" pos="0.5 3 0.8">
+      <joint type="slide" axis="0 0 1"/><joint type="hinge" axis="1 0 0"/>
+      <geom name="rod" type="capsule" fromto="0 -0.48 0 0 0.52 0" size="0.05" mass="1" contype="2" conaffinity="2" condim="1"/>
+    </body>
+    <geom name="bar" type="capsule" fromto="0 5 0.3 0 6 0.3" size="0.03" contype="4" conaffinity="4"/>
+    <body name="stick" pos="0 5.5 0.7">
+      <joint type="slide" axis="0 0 1"/>
+      <geom name="stick" type="capsule" fromto="-0.4 0 0 0.4 0 0" size="0.02" mass="0.3" contype="4" conaffinity="4"/>
+    </body>
   </worldbody>
-  <keyframe><key name="thrown" qpos="0 0" qvel="5 0"/></keyframe>
+  <keyframe><key name="thrown" qpos="0 0 0 0 0" qvel="5 0 0 0 0"/></keyframe>
 </mujoco>
 """
+G = 9.81
+MEET, STOP = 0.08, 0.08 + 0.44 / 2.5  # the cue ball at the resting one, the two at the wall
+ROD, STICK = np.sqrt(2 * 0.25 / G), np.sqrt(2 * 0.35 / G)  # the landings
 
 
-def test_no_ball_passes_through_another_or_a_thin_wall():
+@pytest.fixture(scope="module")
+def scene():
+    model = ukjax.models.from_mjcf(SCENE, keyframe="thrown")
+    return model, ukjax.simulate(model.full_system(), model.q0, model.qd0, 0.0, 0.5, ts=jnp.linspace(0.0, 0.5, 11))
+
+
+def test_no_ball_passes_through_another_or_a_thin_wall(scene):
     """The cue ball meets the resting ball at t = 0.4 / 5 and the two go on together at
     2.5 m/s (a plastic impact conserves momentum); the front ball meets the wall 0.44 m on
     (x = 1 − 0.01 − 0.05) and both stop there, the cue ball touching it. Every gap stays
-    closed to 1e-9 m."""
-    model = ukjax.models.from_mjcf(THROUGH, keyframe="thrown")
-    sol = ukjax.simulate(model.full_system(), model.q0, model.qd0, 0.0, 0.5, ts=jnp.linspace(0.0, 0.5, 11))
+    closed to 1e-9 m, and the run's four events are where the closed forms put them."""
+    _, sol = scene
+    assert int(sol.status) == ukjax.Status.SUCCESS
     t = np.asarray(sol.ts)
-    meet, stop = 0.08, 0.08 + 0.44 / 2.5
-    front = np.where(t < meet, 0.5, np.minimum(0.5 + 2.5 * (t - meet), 0.94))
-    cue = np.where(t < meet, 5 * t, front - 0.1)
+    front = np.where(t < MEET, 0.5, np.minimum(0.5 + 2.5 * (t - MEET), 0.94))
+    cue = np.where(t < MEET, 5 * t, front - 0.1)
     # slide coordinates are measured from the bodies' places in the file
-    np.testing.assert_allclose(np.asarray(sol.q), np.stack([cue, front - 0.5], axis=1), atol=1e-9)
+    np.testing.assert_allclose(np.asarray(sol.q[:, :2]), np.stack([cue, front - 0.5], axis=1), atol=1e-9)
     events = np.asarray(sol.contacts.event_times)
-    np.testing.assert_allclose(events[np.isfinite(events)][:2], [meet, stop], rtol=1e-10)
+    np.testing.assert_allclose(events[np.isfinite(events)], [MEET, ROD, STOP, STICK], rtol=1e-10)
     assert float(sol.contacts.penetration) <= 1e-9
+
+
+def test_capsules_across_an_edge_or_another_capsule_rest_on_them(scene):
+    """The rod falls 0.25 m onto the beam's top edges and stops there level (a plastic impact
+    on both edges at once), its axis one radius above the beam, the edges carrying 0.3 m g and
+    0.7 m g (its weight's moment about its centre balanced); the stick falls 0.35 m onto the
+    bar and rests one radius of each above its axis on that one contact. Before segments were
+    met, both fell through (a free rod to z = −0.53 m by 0.5 s, the issue's case)."""
+    model, sol = scene
+    names = sum((u.names for u in model.unilateral), ())
+    t = np.asarray(sol.ts)
+    np.testing.assert_allclose(np.asarray(sol.q[:, 2]), np.where(t < ROD, -0.5 * G * t**2, -0.25), atol=1e-9)
+    np.testing.assert_allclose(np.asarray(sol.q[:, 3]), 0.0, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(sol.q[:, 4]), np.where(t < STICK, -0.5 * G * t**2, -0.35), atol=1e-9)
+    # the beam's top edges run along x at y = ±0.05 from its middle
+    normal = dict(zip(names, np.asarray(sol.contacts.normal[-1])))
+    edges = {name: force for name, force in normal.items() if name.startswith("rod–beam[edge") and force > 0}
+    np.testing.assert_allclose(sorted(edges.values()), [0.3 * G, 0.7 * G], rtol=1e-9)
+    np.testing.assert_allclose(normal["bar–stick[axes]"], 0.3 * G, rtol=1e-9)
 
 
 @pytest.mark.parametrize(

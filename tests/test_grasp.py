@@ -12,7 +12,7 @@ import pytest
 
 import ukjax
 from ukjax._constraints import _time_derivative, holonomic_rows
-from ukjax.models import PlaneContacts, ShapeContacts
+from ukjax.models import PlaneContacts, SegmentContacts, ShapeContacts
 
 # one worker: the module's simulations are a fixture its tests share
 pytestmark = pytest.mark.xdist_group("grasp")
@@ -26,8 +26,8 @@ T1 = 0.25  # before the slipping box reaches the floor 9 mm below
 
 def _load(keyframe):
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # every contact of the file is built, box against box by corners
-        warnings.filterwarnings("ignore", "Contacts between capsules and boxes are met at sampled points")
+        warnings.simplefilter("error")  # every contact of the file is built, box against box by corners (said)
+        warnings.filterwarnings("ignore", "Contacts between boxes are met at their corners only")
         return ukjax.models.from_mjcf(GRASP, keyframe=keyframe)
 
 
@@ -62,42 +62,78 @@ def test_the_files_contacts_are_built(grasp):
     assert pads.names[0] == "left_pad–box[0]" and pads.names[8] == "box–left_pad[0]"
 
 
-def _reference(contacts: ShapeContacts, tree):
-    """The gap and the slip written directly from poses and differentiated automatically."""
+def _reference(contacts, tree):
+    """The gap and the slip written directly from poses and differentiated automatically:
+    `ShapeContacts` by the shapes' distance functions, `SegmentContacts` by closest points found
+    among the interior stationary point and the best point on each side of the square of
+    parameters (Ericson's clamping in the library)."""
     from ukjax._robots.contacts import _distance, tangent_basis
 
     b = len(tree.parents)
-    index = [np.array([b if i < 0 else i for i in map(tree.body_index, names)]) for names in (contacts.bodies, contacts.shape_bodies)]
-    kinds = {kind: np.array([i for i, x in enumerate(contacts.kinds) if x == kind]) for kind in set(contacts.kinds)}
+    shapes = isinstance(contacts, ShapeContacts)
+    others = contacts.shape_bodies if shapes else contacts.other_bodies
+    index = [np.array([b if i < 0 else i for i in map(tree.body_index, names)]) for names in (contacts.bodies, others)]
+    mv = lambda R, x: jnp.einsum("kij,kj->ki", R, x)  # noqa: E731
 
-    def frames(q):
+    def frames(q):  # each contact's two frames (a shape's own frame)
         kin = tree.kinematics(q)
         R = jnp.concatenate([kin.rotations, jnp.eye(3)[None]])
         p = jnp.concatenate([kin.positions, jnp.zeros((1, 3))])
         one, two = index
-        R_shape = jnp.einsum("kij,kjl->kil", R[two], contacts.rotations)
-        return R[one], p[one], R_shape, p[two] + jnp.einsum("kij,kj->ki", R[two], contacts.positions)
+        if not shapes:
+            return R[one], p[one], R[two], p[two]
+        return R[one], p[one], jnp.einsum("kij,kjl->kil", R[two], contacts.rotations), p[two] + mv(R[two], contacts.positions)
 
-    def geometry(q):
+    def shape_geometry(q):
         R, p, R_shape, p_shape = frames(q)
-        x = p + jnp.einsum("kij,kj->ki", R, contacts.centres)
+        x = p + mv(R, contacts.centres)
         y = jnp.einsum("kji,kj->ki", R_shape, x - p_shape)
         d, n = jnp.zeros(len(contacts.kinds)), jnp.zeros_like(y)
-        for kind, i in kinds.items():
+        for kind in set(contacts.kinds):
+            i = np.array([j for j, x in enumerate(contacts.kinds) if x == kind])
             d_kind, n_kind = _distance(kind, y[i], contacts.sizes[i])
             d, n = d.at[i].set(d_kind), n.at[i].set(n_kind)
-        return d - contacts.radii, x, jnp.einsum("kij,kj->ki", R_shape, n)
+        n = mv(R_shape, n)
+        return d - contacts.radii, x - contacts.radii[:, None] * n, n
+
+    def segment_geometry(q):
+        R, p, R_other, p_other = frames(q)
+        a0, a1 = (p + mv(R, contacts.segments[:, i]) for i in (0, 1))
+        b0, b1 = (p_other + mv(R_other, contacts.other_segments[:, i]) for i in (0, 1))
+        d1, d2, r = a1 - a0, b1 - b0, a0 - b0
+        dot = lambda u, v: jnp.sum(u * v, axis=-1)  # noqa: E731
+        a, e = dot(d1, d1), dot(d2, d2)
+        # the stationary point of |r + s d1 − t d2|², then each side with the other parameter
+        # at its best, clamped
+        s_in, t_in = jnp.moveaxis(
+            jnp.linalg.solve(jnp.stack([jnp.stack([a, -dot(d1, d2)], -1), jnp.stack([dot(d1, d2), -e], -1)], -2),
+                             jnp.stack([-dot(d1, r), -dot(d2, r)], -1)[..., None])[..., 0], -1, 0)
+        inside = (s_in >= 0) & (s_in <= 1) & (t_in >= 0) & (t_in <= 1)
+        candidates = [(s_in, t_in)]
+        for s in (0.0, 1.0):
+            candidates.append((jnp.full_like(a, s), jnp.clip(dot(d2, r + s * d1) / e, 0, 1)))
+        for t in (0.0, 1.0):
+            candidates.append((jnp.clip(-dot(d1, r - t * d2) / a, 0, 1), jnp.full_like(a, t)))
+        gaps = [jnp.linalg.norm(r + s[:, None] * d1 - t[:, None] * d2, axis=-1) for s, t in candidates]
+        gaps[0] = jnp.where(inside, gaps[0], jnp.inf)
+        best = jnp.argmin(jnp.stack(gaps), axis=0)
+        s, t = (jnp.choose(best, [c[i] for c in candidates], mode="clip") for i in (0, 1))
+        d = r + s[:, None] * d1 - t[:, None] * d2
+        n = d / jnp.linalg.norm(d, axis=-1, keepdims=True)
+        gap = jnp.linalg.norm(d, axis=-1) - contacts.radii - contacts.other_radii
+        return gap, a0 + s[:, None] * d1 - contacts.radii[:, None] * n, n
+
+    geometry = shape_geometry if shapes else segment_geometry
 
     def slip(t, q, qd):
-        _, x, n = geometry(q)
-        touching = x - contacts.radii[:, None] * n
-        R, p, R_shape, p_shape = frames(q)
+        _, touching, n = geometry(q)
+        R, p, R_other, p_other = frames(q)
         on_one = jnp.einsum("kji,kj->ki", R, touching - p)
-        on_two = jnp.einsum("kji,kj->ki", R_shape, touching - p_shape)
+        on_two = jnp.einsum("kji,kj->ki", R_other, touching - p_other)
 
         def points(q):  # the two bodies' material points at the touching point
-            R, p, R_shape, p_shape = frames(q)
-            return p + jnp.einsum("kij,kj->ki", R, on_one) - p_shape - jnp.einsum("kij,kj->ki", R_shape, on_two)
+            R, p, R_other, p_other = frames(q)
+            return p + mv(R, on_one) - p_other - mv(R_other, on_two)
 
         return jnp.einsum("kdj,kj->kd", tangent_basis(n), jax.jvp(points, (q,), (qd,))[1]).reshape(-1)
 
@@ -109,7 +145,7 @@ def _reference(contacts: ShapeContacts, tree):
     return rows
 
 
-def _check_rows(model, contacts: ShapeContacts, rng):
+def _check_rows(model, contacts: ShapeContacts | SegmentContacts, rng):
     """The closed-form rows (gap, slip, and their rates with the touching point moving over
     both surfaces) against the same quantities differentiated automatically, at three states
     with every quaternion drawn at random and the velocity tangent to the unit quaternions."""
@@ -206,19 +242,24 @@ SHAPES = """<mujoco><worldbody>
 
 def test_every_shape_pair_from_a_file_and_its_rows():
     """Spheres, capsules and boxes on free bodies and fixed in the world, every pair: a sphere's
-    centre against the other shape, capsules' end spheres and boxes' corners both ways; the
-    rows in closed form against automatic differentiation at random states."""
-    with pytest.warns(UserWarning, match=r"met at sampled points only.*\(5 geom pairs: .*rod–brick"):
+    centre against the other shape; a capsule's end spheres against the other shape and its
+    axis against the other capsule's axis or the box's edges; boxes' corners both ways. The rows
+    in closed form against automatic differentiation at random states."""
+    with pytest.warns(UserWarning, match=r"boxes are met at their corners only.*\(1 geom pairs: table–brick\)"):
         model = ukjax.models.from_mjcf(SHAPES)
-    (contacts,) = model.unilateral
-    assert set(contacts.kinds) == {"sphere", "capsule", "box"}
-    assert "ball–pellet" in contacts.names and "pellet–ball" not in contacts.names  # one contact
-    assert sum(name.startswith("rod–brick") for name in contacts.names) == 2  # the rod's ends
-    assert sum(name.startswith("brick–rod") for name in contacts.names) == 8  # the brick's corners
-    assert sum(name.startswith("ball–") for name in contacts.names) == 5  # the pellet, rod, brick, post, table
-    _check_rows(model, contacts, np.random.default_rng(1))
+    shapes, segments = model.unilateral
+    assert set(shapes.kinds) == {"sphere", "capsule", "box"}
+    assert "ball–pellet" in shapes.names and "pellet–ball" not in shapes.names  # one contact
+    assert sum(name.startswith("rod–brick") for name in shapes.names) == 2  # the rod's ends
+    assert not any(name.startswith("brick–rod") for name in shapes.names)  # the edges met instead
+    assert sum(name.startswith("ball–") for name in shapes.names) == 5  # the pellet, rod, brick, post, table
+    assert sum(name.startswith("rod–brick[edge") for name in segments.names) == 12
+    assert "post–rod[axes]" in segments.names and np.all(np.asarray(segments.other_radii)[-1] == 0)
+    _check_rows(model, shapes, np.random.default_rng(1))
+    _check_rows(model, segments, np.random.default_rng(2))
 
 
+@pytest.mark.filterwarnings("ignore:Contacts between boxes are met")
 def test_bad_shape_contacts_are_refused():
     tree = ukjax.models.from_mjcf(SHAPES).system
     good = dict(
@@ -236,12 +277,13 @@ def test_bad_shape_contacts_are_refused():
             ShapeContacts(tree, **{**good, **change})
 
 
+@pytest.mark.filterwarnings("ignore:Contacts between boxes are met")
 def test_condim_as_mujoco_mixes_it():
     """The larger `condim` of the two geoms is the pair's: 1 on both makes it frictionless; 4
     and 6 (torsional and rolling friction, not modelled) are named in the warning, the sliding
     friction kept."""
     one = SHAPES.replace('<geom name="ball" size="0.05"', '<geom name="ball" size="0.05" condim="1"')
-    (contacts,) = ukjax.models.from_mjcf(one.replace('<geom name="pellet"', '<geom name="pellet" condim="1"')).unilateral
+    contacts, _ = ukjax.models.from_mjcf(one.replace('<geom name="pellet"', '<geom name="pellet" condim="1"')).unilateral
     friction = dict(zip(contacts.names, np.asarray(contacts.friction)))
     assert friction["ball–pellet"] == 0 and friction["ball–post"] == friction["pellet–post"] == 1
     with pytest.warns(UserWarning, match=r"torsional and rolling friction \(condim 4 or 6\) of 5 geom pair"):

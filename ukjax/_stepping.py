@@ -146,10 +146,12 @@ class StopAtFault(diffrax.AbstractStepSizeController):
 
 class Bounded(diffrax.AbstractStepSizeController):
     """`controller`, with no step longer than half the least time in which a contact could
-    be crossed at the state where it begins (`ContactRows.crossing`): events are seen by the
-    sign of a gap at the steps' ends, and a step that carries a ball through a thin wall sees
-    it positive at both (conservative advancement). The half leaves room for the relative
-    speed to grow within the step."""
+    be crossed (`ContactRows.crossing`), at the state where the step begins and at the state
+    where it ends: events are seen by the sign of a gap at the steps' ends, and a step that
+    carries a ball through a thin wall sees it positive at both (conservative advancement).
+    The half leaves room for the relative speed to vary within the step; the end's bound
+    rejects a step over which it grew past that room (a body falling from rest has no speed
+    where the step begins)."""
 
     controller: diffrax.AbstractStepSizeController
 
@@ -168,12 +170,16 @@ class Bounded(diffrax.AbstractStepSizeController):
         return jnp.minimum(tnext, t0 + self._longest(t0, y0, args)), state
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
-        keep, tprev, tnext, made_jump, state, result = self.controller.adapt_step_size(
+        accepted, _, tnext, made_jump, state, result = self.controller.adapt_step_size(
             t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state
         )
-        # the next step starts at `tprev`: where this one ended if kept, where it began if not
-        y = jax.tree.map(lambda a, b: jnp.where(keep, a, b), y1_candidate, y0)
-        return keep, tprev, jnp.minimum(tnext, tprev + self._longest(tprev, y, args)), made_jump, state, result
+        # the step was no longer than the start's bound (the previous call's `tnext`); it is
+        # taken again, within the end's bound, if it was longer than the whole time the end's
+        # speed takes to cross (twice that bound: a step just within it is kept)
+        longest = self._longest(t1, y1_candidate, args)
+        keep = accepted & (t1 - t0 <= 2 * longest)
+        tnext = jnp.where(keep, jnp.minimum(tnext, t1 + longest), jnp.minimum(jnp.where(accepted, jnp.inf, tnext), t0 + longest))
+        return keep, jnp.where(keep, t1, t0), tnext, made_jump, state, result
 
 
 class Projecting(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):

@@ -5,13 +5,14 @@ import warnings
 
 import numpy as np
 
-from .contacts import SHAPES, JointLimits, PlaneContacts, ShapeContacts
+from .contacts import SHAPES, JointLimits, PlaneContacts, SegmentContacts, ShapeContacts
 from .mjmodel import _KINDS, _disabled, _name, _rotation
 from .tree import RigidBodyTree
 
 
-# a box's corners in units of its half sizes
+# a box's corners in units of its half sizes, and its twelve edges as pairs of corners
 _CORNERS = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=float)
+_EDGES = np.array([(i, j) for i in range(8) for j in range(i + 1, 8) if np.sum(_CORNERS[i] != _CORNERS[j]) == 1])
 
 
 def _colliding_pairs(mjm) -> list[tuple[int, int, float, int, float]]:
@@ -98,10 +99,17 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
             points, radius = list(_CORNERS * size @ R.T), 0.0
         return [(mjm.geom_pos[g] + point, float(radius)) for point in points]
 
+    def segments(g) -> np.ndarray:
+        """A capsule's axis, or a box's twelve edges, in its body's frame: shape (s, 2, 3)."""
+        R, size = _rotation(mjm.geom_quat[g]), mjm.geom_size[g]
+        if kind(g) == "capsule":
+            return mjm.geom_pos[g] + np.array([[[-1.0], [1.0]]]) * R[:, 2] * size[1]
+        return mjm.geom_pos[g] + (_CORNERS * size @ R.T)[_EDGES]
+
     # the static geoms' world poses (those of bodies welded to the world do not depend on q)
     world = mujoco.MjData(mjm)
     mujoco.mj_kinematics(mjm, world)
-    on_planes, on_shapes, others, sampled, twisting = [], [], [], [], 0
+    on_planes, on_shapes, on_segments, others, sampled, twisting = [], [], [], [], [], 0
     direct = []
     for g1, g2, mu, dim, margin in _colliding_pairs(mjm):
         mu = 0.0 if dim == 1 else mu
@@ -123,11 +131,21 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                 # that far above the floor, to its softness)
                 on_planes.append((body(g2), point, radius + margin, normal, normal @ origin, mu, label))
         else:
-            # a sphere's centre against the other shape; boxes' corners and capsules' end
-            # spheres against each other's shape, both ways
-            if kind(g2) != "sphere":
-                sampled.append(f"{geom(g1)}–{geom(g2)}")
-            for a, b in ((g2, g1),) if kind(g2) == "sphere" else ((g1, g2), (g2, g1)):
+            # a sphere's centre against the other shape; a capsule's end spheres against the
+            # other shape, and its axis against the other's axis or edges (the closest points of
+            # a capsule and a box are an end against the box or the axis against an edge); two
+            # boxes' corners against each other, both ways
+            if kind(g1) == "box" and kind(g2) == "capsule":
+                g1, g2 = g2, g1
+            if kind(g2) == "sphere":
+                pairs = ((g2, g1),)
+            elif kind(g1) == "capsule" and kind(g2) == "box":
+                pairs = ((g1, g2),)
+            else:
+                pairs = ((g1, g2), (g2, g1))
+                if kind(g1) == "box":
+                    sampled.append(f"{geom(g1)}–{geom(g2)}")
+            for a, b in pairs:
                 points = spheres(a)
                 used = {"sphere": 1, "capsule": 2, "box": 3}[kind(b)]
                 size = np.where(np.arange(3) < used, mjm.geom_size[b], 0.0)
@@ -137,6 +155,12 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                         (body(a), point, radius + margin, body(b), kind(b), mjm.geom_pos[b], _rotation(mjm.geom_quat[b]), size,
                          mu, label)
                     )
+            if kind(g1) == "capsule" and kind(g2) != "sphere":
+                (axis,), radius = segments(g1), mjm.geom_size[g1, 0] + margin
+                other_radius = mjm.geom_size[g2, 0] if kind(g2) == "capsule" else 0.0
+                for i, other in enumerate(segments(g2)):
+                    label = f"{geom(g1)}–{geom(g2)}" + ("[axes]" if kind(g2) == "capsule" else f"[edge {i}]")
+                    on_segments.append((body(g1), axis, radius, body(g2), other, other_radius, mu, label))
     if on_planes:
         bodies, centres, radii, normals, offsets, friction, labels = zip(*on_planes)
         out.append(PlaneContacts(tree, bodies, np.array(centres), np.array(radii), np.array(normals), np.array(offsets), np.array(friction), names=labels))
@@ -148,6 +172,14 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                 np.array(rotations), np.array(sizes), np.array(friction), names=labels,
             )
         )
+    if on_segments:
+        bodies, ends, radii, other_bodies, other_ends, other_radii, friction, labels = zip(*on_segments)
+        out.append(
+            SegmentContacts(
+                tree, bodies, np.array(ends), np.array(radii), other_bodies, np.array(other_ends), np.array(other_radii),
+                np.array(friction), names=labels,
+            )
+        )
     if direct:
         notes.append(
             f"the stiffness and damping of contacts given as negative solref ({len(direct)} geom pairs: "
@@ -155,10 +187,9 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
         )
     if sampled:
         warnings.warn(
-            f"Contacts between capsules and boxes are met at sampled points only, a capsule's two end spheres "
-            f"and a box's eight corners, each against the other shape ({len(sampled)} geom pairs: "
-            f"{', '.join(sampled[:6])}{', …' if len(sampled) > 6 else ''}): a capsule's middle across an edge, or two "
-            "crossed edges, pass through each other unseen. Spheres in their place are met exactly.",
+            f"Contacts between boxes are met at their corners only, each box's eight against the other "
+            f"({len(sampled)} geom pairs: {', '.join(sampled[:6])}{', …' if len(sampled) > 6 else ''}): two crossed "
+            "edges pass through each other unseen. Capsules and spheres against boxes are met exactly.",
             stacklevel=4,
         )
     if twisting:

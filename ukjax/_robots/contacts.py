@@ -369,3 +369,157 @@ class ShapeContacts(AbstractUnilateral):
         touching, sphere, shape = self._touching(tree_of(system), q)
         origins = [jnp.stack([x, touching], axis=1) for x in (sphere.x - mv(sphere.rotation, self.centres), shape.x)]
         return Sketch(jnp.concatenate(origins), touching)
+
+
+def _closest(a0, a1, b0, b1):
+    """The parameters `(s, t)` in [0, 1] of the closest points `a0 + s (a1 − a0)` and
+    `b0 + t (b1 − b0)` of two segments (each argument shape (k, 3))."""
+    d1, d2, r = a1 - a0, b1 - b0, a0 - b0
+    dot = lambda u, v: jnp.sum(u * v, axis=-1)  # noqa: E731
+    a, e, b, c, f = dot(d1, d1), dot(d2, d2), dot(d1, d2), dot(d1, r), dot(d2, r)
+    denom = a * e - b * b
+    # parallel segments (sin² of their angle below 1e-12): every point of the overlap is as
+    # close, and the start of the first is taken
+    skew = denom > 1e-12 * a * e
+    s = jnp.where(skew, jnp.clip((b * f - c * e) / jnp.where(skew, denom, 1.0), 0.0, 1.0), 0.0)
+    t = (b * s + f) / e
+    # past an end of the second segment, the point of the first nearest that end
+    s = jnp.where(t < 0, jnp.clip(-c / a, 0.0, 1.0), jnp.where(t > 1, jnp.clip((b - c) / a, 0.0, 1.0), s))
+    return s, jnp.clip(t, 0.0, 1.0)
+
+
+class SegmentContacts(AbstractUnilateral):
+    """Segments with radii (a capsule's axis; a box's edge, radius 0) fixed to bodies of a
+    tree, against other such segments on other bodies or the world: `g` is the distance
+    between the two segments' closest points minus both radii, `g ≥ 0`, with Coulomb friction
+    on the relative velocity of the two bodies at the touching point. A capsule's middle across
+    a box's edge or across another capsule is met here: the closest points slide along both
+    segments, and the rows in closed form follow them (the rates of the points' parameters
+    included).
+
+    **Arguments:**
+
+    - `system`: the tree (or a system wrapping it), to check the bodies' names.
+    - `bodies`: the body of each segment (`k` names; `"world"` for a fixed one).
+    - `segments`: each segment's two ends in its body's frame, shape (k, 2, 3).
+    - `radii`: shape (k,).
+    - `other_bodies`, `other_segments`, `other_radii`: the segments they touch, likewise.
+    - `friction`: Coulomb's `μ` per contact (or a scalar).
+    - `restitution`: Newton's `e` per contact (or a scalar; default 0).
+    - `names`: a label per contact.
+    """
+
+    bodies: tuple[str, ...] = eqx.field(static=True)
+    segments: Float[Array, "k 2 3"]
+    radii: Float[Array, " k"]
+    other_bodies: tuple[str, ...] = eqx.field(static=True)
+    other_segments: Float[Array, "k 2 3"]
+    other_radii: Float[Array, " k"]
+    friction: Float[Array, "*k"]
+    restitution: Float[Array, "*k"]
+    names: tuple[str, ...] = eqx.field(static=True)
+
+    def __init__(
+        self, system, bodies, segments, radii, other_bodies, other_segments, other_radii, friction, restitution=0.0,
+        names=None,
+    ):
+        tree = tree_of(system)
+        self.bodies, self.other_bodies = tuple(bodies), tuple(other_bodies)
+        k = len(self.bodies)
+        for body in self.bodies + self.other_bodies:
+            tree.body_index(body)  # raises for an unknown body
+        if len(self.other_bodies) != k:
+            raise ValueError(f"SegmentContacts needs one other body per segment ({k}), got {len(self.other_bodies)}.")
+        self.segments, self.radii = as_inexact(segments), as_inexact(radii)
+        self.other_segments, self.other_radii = as_inexact(other_segments), as_inexact(other_radii)
+        _check_shapes(self, k, segments=(2, 3), radii=(), other_segments=(2, 3), other_radii=())
+        lengths = [np.linalg.norm(np.diff(np.asarray(x), axis=1), axis=-1) for x in (self.segments, self.other_segments)]
+        if not all(np.all(length > 0) for length in lengths):
+            raise ValueError("SegmentContacts segments need two distinct ends (a point is a sphere: ShapeContacts).")
+        self.friction, self.restitution = as_inexact(friction), as_inexact(restitution)
+        self.names = tuple(names) if names is not None else tuple(
+            f"{a}–{b}[{i}]" for i, (a, b) in enumerate(zip(self.bodies, self.other_bodies))
+        )
+
+    def contact_rows(self, system, t, q, qd):
+        tree = tree_of(system)
+        kin = tree.kinematics(q)
+        motion = algorithms.motion(tree, kin, qd)
+        a0, a1, b0, b1 = (
+            algorithms.points_motion(tree, kin, motion, bodies, ends[:, i])
+            for bodies, ends in ((self.bodies, self.segments), (self.other_bodies, self.other_segments))
+            for i in (0, 1)
+        )
+        ends = tuple(m.x for m in (a0, a1, b0, b1))
+        ends_rate = tuple(jnp.sum(m.J * qd, axis=-1) for m in (a0, a1, b0, b1))
+        (s, t), (s_rate, t_rate) = jax.jvp(_closest, ends, ends_rate)
+
+        def between(u, v, w):  # u + w (v − u), w per contact
+            w = w.reshape(w.shape + (1,) * (u.ndim - 1))
+            return u + w * (v - u)
+
+        # the two bodies' material points at the closest points; these points slide along the
+        # segments at (ṡ, ṫ), which moves the normal but not the gap to first order
+        d = between(a0.x, a1.x, s) - between(b0.x, b1.x, t)
+        d_material = between(ends_rate[0], ends_rate[1], s) - between(ends_rate[2], ends_rate[3], t)
+        d_rate = d_material + s_rate[:, None] * (a1.x - a0.x) - t_rate[:, None] * (b1.x - b0.x)
+        n, n_rate = jax.jvp(unit, (d,), (d_rate,))
+        r, r_other = self.radii.astype(q.dtype), self.other_radii.astype(q.dtype)
+        dot = lambda u, v: jnp.sum(u * v, axis=-1)  # noqa: E731
+        J = between(a0.J, a1.J, s) - between(b0.J, b1.J, t)
+        A = jnp.einsum("kj,kjn->kn", n, J)
+        # g̈ = n · d̈_material + ṅ · ḋ_material + ṡ n · (ȧ1 − ȧ0) − ṫ n · (ḃ1 − ḃ0)
+        b = -(
+            dot(n, between(a0.bias, a1.bias, s) - between(b0.bias, b1.bias, t))
+            + dot(n_rate, d_material)
+            + s_rate * dot(n, ends_rate[1] - ends_rate[0])
+            - t_rate * dot(n, ends_rate[3] - ends_rate[2])
+        )
+        distance = norm(d)
+        normal = ConstraintRows(A, b, distance - r - r_other, dot(n, d_material))
+        # the slip at the touching point c on the first segment's surface, each body's velocity
+        # there from its first end: v(c) = v(a0) + ω × (c − a0)
+        c = between(a0.x, a1.x, s) - r[:, None] * n
+        c_rate = between(ends_rate[0], ends_rate[1], s) + s_rate[:, None] * (a1.x - a0.x) - r[:, None] * n_rate
+        cross = lambda u, J: jnp.cross(u[:, :, None], J, axisa=1, axisb=1, axisc=1)  # noqa: E731
+        arm_a, arm_b = c - a0.x, c - b0.x
+        Jw = a0.J - cross(arm_a, a0.J_omega) - b0.J + cross(arm_b, b0.J_omega)
+        w_rate = (
+            a0.bias
+            + jnp.cross(a0.alpha, arm_a)
+            + jnp.cross(a0.omega, c_rate - ends_rate[0])
+            - b0.bias
+            - jnp.cross(b0.alpha, arm_b)
+            - jnp.cross(b0.omega, c_rate - ends_rate[2])
+        )
+        w = jnp.sum(Jw * qd, axis=-1)
+        T, T_rate = jax.jvp(tangent_basis, (n,), (n_rate,))
+        At = jnp.einsum("kdj,kjn->kdn", T, Jw).reshape(-1, q.shape[0])
+        rate = jnp.einsum("kdj,kj->kd", T, w_rate) + jnp.einsum("kdj,kj->kd", T_rate, w)
+        k = len(self.bodies)
+        # the gap is below zero only while the segments are within both radii of each other:
+        # a relative motion of twice that passes through unseen
+        speed = norm(d_rate)
+        reach = jnp.maximum(distance - r - r_other, 0) + 2 * (r + r_other)
+        crossing = jnp.where(speed > 0, reach / jnp.where(speed > 0, speed, 1), jnp.inf)
+        return ContactRows(
+            normal,
+            ConstraintRows(At, -rate.reshape(-1), jnp.zeros(2 * k, q.dtype), At @ qd),
+            _per_contact(self.friction, k, "SegmentContacts friction"),
+            _per_contact(self.restitution, k, "SegmentContacts restitution"),
+            crossing,
+        )
+
+    def sketch(self, system, t, q):
+        """Each segment (both sets), and the closest point of each first segment."""
+        tree = tree_of(system)
+        kin = tree.kinematics(q)
+        motion = algorithms.motion(tree, kin, jnp.zeros_like(q))
+        a0, a1, b0, b1 = (
+            algorithms.points_motion(tree, kin, motion, bodies, ends[:, i]).x
+            for bodies, ends in ((self.bodies, self.segments), (self.other_bodies, self.other_segments))
+            for i in (0, 1)
+        )
+        s, _ = _closest(a0, a1, b0, b1)
+        links = jnp.concatenate([jnp.stack([a0, a1], axis=1), jnp.stack([b0, b1], axis=1)])
+        return Sketch(links, a0 + s[:, None] * (a1 - a0))

@@ -5,6 +5,7 @@ from .._robots.actuators import Actuated as Actuated, Actuators as Actuators
 from .._robots.contacts import (
     JointLimits as JointLimits,
     PlaneContacts as PlaneContacts,
+    SegmentContacts as SegmentContacts,
     ShapeContacts as ShapeContacts,
 )
 from .._robots.equalities import (
