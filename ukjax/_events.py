@@ -272,6 +272,12 @@ def simulate_events(
         event_times = state["event_times"].at[count].set(jnp.where(start, jnp.inf, time(s0)))
         impulses = state["impulses"].at[count].set(jnp.where(start, 0, jump))
         count = count + ~start
+        # The saves not yet filled, first: the stretch interpolates those it reaches, where
+        # all of them, each stretch from its start, made a dense grid cost the events times
+        # its size. The filled ones wrap round to the end of the run, where only the last
+        # stretch reaches them.
+        first = jnp.argmin(state["filled"])
+        pending = jnp.roll(jnp.where(state["filled"], 1.0, jnp.clip(saves, s0, 1)), -first)
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(vector_field),
             solver,
@@ -280,7 +286,7 @@ def simulate_events(
             dt0,
             (q, qd, state["health"]),
             args=(system, t0, span, modes, _SLIDE_SPEED * atol),
-            saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=jnp.clip(saves, s0, 1)), diffrax.SubSaveAt(t1=True)]),
+            saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=pending), diffrax.SubSaveAt(t1=True)]),
             stepsize_controller=StopAtFault(controller),
             event=diffrax.Event(
                 lambda t, y, args, **kwargs: _event_value(t, y, args + (force_scale,)),
@@ -292,7 +298,7 @@ def simulate_events(
             throw=False,
             progress_meter=progress_meter,
         )
-        (qs, qds, _), (s1, y1) = (sol.ys[0], (sol.ts[1][-1], sol.ys[1]))
+        (qs, qds), (s1, y1) = (jnp.roll(x, first, axis=0) for x in sol.ys[0][:2]), (sol.ts[1][-1], sol.ys[1])
         q1, qd1, health = (x[-1] for x in y1)
         # a member with invalid coefficients saves nothing: its run never started
         new = (saves >= s0) & (saves <= s1) & ~state["filled"] & valid
