@@ -1,12 +1,15 @@
 """Independent references, shared by the tests and the benchmarks: the closed forms the source
 papers print, transcribed as printed, the same mechanisms built in Pinocchio, closed chains
-integrated on MuJoCo's own functions with their loops held by a KKT solve, and the U-K solve at
-40 digits."""
+integrated on MuJoCo's own functions with their loops held by a KKT solve, the U-K solve at
+40 digits, and the speed of MuJoCo's C step."""
+
+import time
 
 import mpmath as mp
 import mujoco
 import numpy as np
 import pinocchio as pin
+from mujoco import rollout
 
 SCARA_W = 0.4 * np.pi
 
@@ -221,3 +224,36 @@ def high_precision_acceleration(M, Q, A, b, cut=1e-10):
 
         kept = sigma > cut
         return sigma, kept, solve(np.flatnonzero(kept).tolist()), solve(range(len(S)))
+
+
+def mujoco_c_rate(models, starts, seconds, ctrl=None):
+    """Simulated seconds per wall-clock second of MuJoCo's C step over a batch: `rollout` on one
+    thread, no Python in its loop (the baseline every speed ratio of the contact benchmarks is
+    taken against).
+
+    **Arguments:**
+
+    - `models`: one `MjModel` per member (the same sizes), or one for all.
+    - `starts`: each member's `(qpos, qvel)`.
+    - `seconds`: how long each member runs, at the models' own time step.
+    - `ctrl`: controls held through the run, shape (nu,) (default: none).
+
+    **Returns:**
+
+    The batch's simulated seconds per wall-clock second (best of three).
+    """
+    models = list(models) if isinstance(models, (list, tuple)) else [models] * len(starts)
+    data, spec = mujoco.MjData(models[0]), mujoco.mjtState.mjSTATE_FULLPHYSICS
+    initial = np.empty((len(starts), mujoco.mj_stateSize(models[0], spec)))
+    for state, model, (qpos, qvel) in zip(initial, models, starts):
+        mujoco.mj_resetData(model, data)
+        data.qpos[:], data.qvel[:] = qpos, qvel
+        mujoco.mj_getState(model, data, state, spec)
+    steps = round(seconds / models[0].opt.timestep)
+    control = None if ctrl is None else np.asarray(ctrl, dtype=float)[None, None, :]
+    walls = []
+    for _ in range(3):
+        start = time.perf_counter()
+        rollout.rollout(models, data, initial, control, nstep=steps)
+        walls.append(time.perf_counter() - start)
+    return len(starts) * seconds / min(walls)

@@ -224,20 +224,18 @@ def simulate_events(
 
     dtype = q0.dtype
     c = eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0)[-1].contacts.size
-    records = (
-        jnp.full((k,) + q0.shape, jnp.inf, dtype),
-        jnp.full((k,) + q0.shape, jnp.inf, dtype),
-        jnp.zeros((k, c), jnp.int32),
-        jnp.zeros((k, c, 2), dtype),
-        jnp.ones((k, c), dtype),
-    )
+    # each save's state and the stretch it belongs to; the modes are kept per stretch (the
+    # saves' records pass through every event: the fewer per save, the cheaper a dense grid)
+    records = (jnp.full((k,) + q0.shape, jnp.inf, dtype), jnp.full((k,) + q0.shape, jnp.inf, dtype), jnp.zeros(k, jnp.int32))
+    no_modes = Modes(jnp.zeros(c, jnp.int32), jnp.zeros((c, 2), dtype), jnp.ones(c, dtype))
     # The start is resolved as an event is (a ball dropped resting, a start inside a limit),
     # by the loop's first pass: one copy of the transition in the program.
     init = dict(
         s=jnp.zeros((), dtype),
         q=q0,
         qd=qd0,
-        modes=Modes(jnp.zeros(c, jnp.int32), jnp.zeros((c, 2), dtype), jnp.ones(c, dtype)),
+        modes=no_modes,
+        stretches=jax.tree.map(lambda x: jnp.broadcast_to(x, (max_events + 1,) + x.shape), no_modes),
         start=jnp.array(True),
         health=jnp.zeros(4, dtype),
         records=records,
@@ -272,6 +270,7 @@ def simulate_events(
         event_times = state["event_times"].at[count].set(jnp.where(start, jnp.inf, time(s0)))
         impulses = state["impulses"].at[count].set(jnp.where(start, 0, jump))
         count = count + ~start
+        stretches = jax.tree.map(lambda all, x: all.at[count].set(x), state["stretches"], modes)
         # The saves not yet filled, first: the stretch interpolates those it reaches, where
         # all of them, each stretch from its start, made a dense grid cost the events times
         # its size. The filled ones wrap round to the end of the run, where only the last
@@ -286,7 +285,9 @@ def simulate_events(
             dt0,
             (q, qd, state["health"]),
             args=(system, t0, span, modes, _SLIDE_SPEED * atol),
-            saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=pending), diffrax.SubSaveAt(t1=True)]),
+            saveat=diffrax.SaveAt(
+                subs=[diffrax.SubSaveAt(ts=pending, fn=lambda t, y, args: y[:2]), diffrax.SubSaveAt(t1=True)]
+            ),
             stepsize_controller=StopAtFault(controller),
             event=diffrax.Event(
                 lambda t, y, args, **kwargs: _event_value(t, y, args + (force_scale,)),
@@ -298,22 +299,20 @@ def simulate_events(
             throw=False,
             progress_meter=progress_meter,
         )
-        (qs, qds), (s1, y1) = (jnp.roll(x, first, axis=0) for x in sol.ys[0][:2]), (sol.ts[1][-1], sol.ys[1])
+        (qs, qds), (s1, y1) = (jnp.roll(x, first, axis=0) for x in sol.ys[0]), (sol.ts[1][-1], sol.ys[1])
         q1, qd1, health = (x[-1] for x in y1)
         # a member with invalid coefficients saves nothing: its run never started
         new = (saves >= s0) & (saves <= s1) & ~state["filled"] & valid
         records = tuple(
             jnp.where(new.reshape((k,) + (1,) * (old.ndim - 1)), value, old)
-            for old, value in zip(
-                state["records"],
-                (qs, qds, *(jnp.broadcast_to(x, (k,) + x.shape) for x in modes)),
-            )
+            for old, value in zip(state["records"], (qs, qds, jnp.broadcast_to(count, (k,))))
         )
         return dict(
             s=s1,
             q=q1,
             qd=qd1,
             modes=modes,
+            stretches=stretches,
             start=jnp.array(False),
             health=health,
             records=records,
@@ -335,7 +334,12 @@ def simulate_events(
     # reverse mode through the events needs the checkpointed loop, forward mode the plain one
     kind = "lax" if isinstance(adjoint, diffrax.ForwardMode) else "checkpointed"
     final = eqxi.while_loop(cond, body, init, max_steps=max_events + 1, kind=kind)
-    q, qd, mode, direction, weight = final["records"]
+    q, qd, stretch = final["records"]
+    # a save never reached keeps the modes of none
+    mode, direction, weight = (
+        jnp.where(final["filled"].reshape((k,) + (1,) * (x.ndim - 1)), x[stretch], none)
+        for x, none in zip(final["stretches"], no_modes)
+    )
     start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
     status = final_status(final["result"], start_finite, final["health"], q, qd)
     # A loop that ended before t1 with its last solve successful and no fault met stopped for
