@@ -14,10 +14,7 @@ C step, `rollout` on one thread, no Python in its loop). ukjax's compile time is
 
     python benchmarks/ball_drop.py [--batch 16]
 
-Measured 2026-11-25 (2 cores, batch 16): ukjax's penetration 1.0e-12 m and apexes on
-`e²ⁿ h` to 1.2e-8 m (the 0.1 ms save grid), all SUCCESS with at most 16 events, 6.4
-simulated s/s, 0.17x MuJoCo, 28 s to compile; MuJoCo 1.7e-2 m into the floor (1.7e-3 with
-the tight time constant), its apexes 7.3e-2 m (1.1e-1) from `e²ⁿ h`.
+Its measured table: benchmarks/README.md.
 """
 
 import argparse
