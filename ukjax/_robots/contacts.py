@@ -444,12 +444,7 @@ class SegmentContacts(AbstractUnilateral):
     def contact_rows(self, system, t, q, qd):
         tree = tree_of(system)
         kin = tree.kinematics(q)
-        motion = algorithms.motion(tree, kin, qd)
-        a0, a1, b0, b1 = (
-            algorithms.points_motion(tree, kin, motion, bodies, ends[:, i])
-            for bodies, ends in ((self.bodies, self.segments), (self.other_bodies, self.other_segments))
-            for i in (0, 1)
-        )
+        a0, a1, b0, b1 = self._ends(tree, kin, algorithms.motion(tree, kin, qd))
         ends = tuple(m.x for m in (a0, a1, b0, b1))
         ends_rate = tuple(jnp.sum(m.J * qd, axis=-1) for m in (a0, a1, b0, b1))
         (s, t), (s_rate, t_rate) = jax.jvp(_closest, ends, ends_rate)
@@ -510,16 +505,20 @@ class SegmentContacts(AbstractUnilateral):
             crossing,
         )
 
+    def _ends(self, tree, kin, motion) -> list[algorithms.BodyMotion]:
+        """The motion of the segments' ends: the first ends, the second ends, the other
+        segments' first ends, their second ends (one evaluation for all of them)."""
+        bodies = self.bodies + self.bodies + self.other_bodies + self.other_bodies
+        points = jnp.concatenate([self.segments[:, 0], self.segments[:, 1], self.other_segments[:, 0], self.other_segments[:, 1]])
+        every = algorithms.points_motion(tree, kin, motion, bodies, points)
+        k = len(self.bodies)
+        return [jax.tree.map(lambda x: x[i * k : (i + 1) * k], every) for i in range(4)]
+
     def sketch(self, system, t, q):
         """Each segment (both sets), and the closest point of each first segment."""
         tree = tree_of(system)
         kin = tree.kinematics(q)
-        motion = algorithms.motion(tree, kin, jnp.zeros_like(q))
-        a0, a1, b0, b1 = (
-            algorithms.points_motion(tree, kin, motion, bodies, ends[:, i]).x
-            for bodies, ends in ((self.bodies, self.segments), (self.other_bodies, self.other_segments))
-            for i in (0, 1)
-        )
+        a0, a1, b0, b1 = (m.x for m in self._ends(tree, kin, algorithms.motion(tree, kin, jnp.zeros_like(q))))
         s, _ = _closest(a0, a1, b0, b1)
         links = jnp.concatenate([jnp.stack([a0, a1], axis=1), jnp.stack([b0, b1], axis=1)])
         return Sketch(links, a0 + s[:, None] * (a1 - a0))
