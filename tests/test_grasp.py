@@ -260,7 +260,7 @@ def test_every_shape_pair_from_a_file_and_its_rows():
 
 
 @pytest.mark.filterwarnings("ignore:Contacts between boxes are met")
-def test_bad_shape_contacts_are_refused():
+def test_bad_shape_and_segment_contacts_are_refused():
     tree = ukjax.models.from_mjcf(SHAPES).system
     good = dict(
         bodies=["ball"], centres=np.zeros((1, 3)), radii=np.zeros(1), shape_bodies=["world"], kinds=["box"],
@@ -275,6 +275,21 @@ def test_bad_shape_contacts_are_refused():
     ):
         with pytest.raises((ValueError, KeyError), match=match):
             ShapeContacts(tree, **{**good, **change})
+    rod = np.array([[[0.0, 0, 0], [1, 0, 0]]])
+    good = dict(
+        bodies=["rod"], segments=rod, radii=[0.02], other_bodies=["world"], other_segments=rod + 1, other_radii=[0.0],
+        friction=0.5,
+    )
+    SegmentContacts(tree, **good)
+    for change, match in (
+        (dict(other_bodies=["nowhere"]), "No body named 'nowhere'"),
+        (dict(other_bodies=["world", "world"]), "one other body per segment"),
+        (dict(other_segments=rod[0]), r"other_segments must have shape \(1, 2, 3\)"),
+        (dict(segments=np.zeros((1, 2, 3))), "two distinct ends"),
+        (dict(friction=-1.0), "friction coefficients that are finite"),
+    ):
+        with pytest.raises((ValueError, KeyError), match=match):
+            SegmentContacts(tree, **{**good, **change})
 
 
 @pytest.mark.filterwarnings("ignore:Contacts between boxes are met")

@@ -433,8 +433,8 @@ class SegmentContacts(AbstractUnilateral):
         self.segments, self.radii = as_inexact(segments), as_inexact(radii)
         self.other_segments, self.other_radii = as_inexact(other_segments), as_inexact(other_radii)
         _check_shapes(self, k, segments=(2, 3), radii=(), other_segments=(2, 3), other_radii=())
-        lengths = [np.linalg.norm(np.diff(np.asarray(x), axis=1), axis=-1) for x in (self.segments, self.other_segments)]
-        if not all(np.all(length > 0) for length in lengths):
+        ends = [x for x in (self.segments, self.other_segments) if not isinstance(x, jax.core.Tracer)]
+        if not all(np.all(np.linalg.norm(np.diff(np.asarray(x), axis=1), axis=-1) > 0) for x in ends):
             raise ValueError("SegmentContacts segments need two distinct ends (a point is a sphere: ShapeContacts).")
         self.friction, self.restitution = as_inexact(friction), as_inexact(restitution)
         self.names = tuple(names) if names is not None else tuple(
