@@ -6,9 +6,9 @@ so the acceleration depends on where a solve cuts. For states about `qpos0` (joi
 `M, Q, A, b`, the 40-digit SVD of `B = A L⁻ᵀ` from those same doubles, and prints the gap
 between kept singular values and round-off, then each route's largest difference from the
 reference acceleration (every cut inside the gap gives the same) relative to its largest
-entry: the library's `uk_solve`, `batch_last`'s solve in XLA, its FFI solve and its one-call
-acceleration (without a C++ compiler those two are left out), and the solve that inverts the
-round-off too (no cut).
+entry: the library's XLA route (`uk_solve`, the SVD's cut-off), its compiled tree kernel (the
+route `simulate` takes for a tree on a CPU; left out without a C++ compiler), and the solve
+that inverts the round-off too (no cut).
 
     python benchmarks/rank_decisions.py [--states 6] [--hinges]
 
@@ -28,11 +28,11 @@ import mujoco
 import numpy as np
 
 import ukjax
-from benchmarks import batch_last
 from benchmarks.references import high_precision_acceleration
 from ukjax import models
 from ukjax._bench import CASSIE
 from ukjax._core import uk_solve
+from ukjax._robots import kernels
 
 
 def cassie_file(hinges: bool) -> str:
@@ -65,16 +65,9 @@ def main():
         model = models.from_mjcf(path)
     system = ukjax.ConstrainedSystem(model.system, model.constraints)
     dynamics = eqx.filter_jit(lambda s, q, qd: s.dynamics(0.0, q, qd))
-    parents = batch_last.lane_parents(system)
-    routes = {
-        "library": lambda d, q, qd: uk_solve(*(x[..., 0] for x in d), None, "svd").acceleration[:, None],
-        "lanes, XLA": lambda d, q, qd: batch_last.lane_solve(d, parents),
-    }
-    if batch_last.build_kernel():
-        whole = batch_last.tree_kernel(system)
-        routes["lanes, FFI solve"] = lambda d, q, qd: batch_last.kernel_solve(d, parents)
-        routes["one FFI call"] = lambda d, q, qd: whole(q[:, None], qd[:, None])
-    routes = {name: jax.jit(route) for name, route in routes.items()}
+    routes = {"XLA route": jax.jit(lambda q, qd, M, Q, A, b: uk_solve(M, Q, A, b, None, "svd"))}
+    if kernels.runs(system, jax.numpy.float64) is not None:
+        routes["tree kernel"] = jax.jit(lambda q, qd, *_: kernels.solve(system, 0.0, q, qd))
     rng = np.random.default_rng(1)
     print(
         f"Cassie{' with hinges' if args.hinges else ''}, n {system.num_coordinates}, "
@@ -91,10 +84,10 @@ def main():
         (level,) = d.levels
         sigma, kept, exact, uncut = high_precision_acceleration(d.M, d.Q, level.rows.A, level.rows.b)
         smallest_kept, largest_cut = sigma[kept].min(), sigma[~kept].max(initial=0.0)
-        lanes = batch_last.LaneDynamics(*(x[..., None] for x in (d.M, d.Q, level.rows.A, level.rows.b)))
         scale = np.max(np.abs(exact))
         errors = {
-            name: np.max(np.abs(np.asarray(route(lanes, q, qd))[:, 0] - exact)) / scale
+            name: np.max(np.abs(np.asarray(route(q, qd, d.M, d.Q, level.rows.A, level.rows.b).acceleration) - exact))
+            / scale
             for name, route in routes.items()
         }
         errors["no cut"] = np.max(np.abs(uncut - exact)) / scale

@@ -5,7 +5,8 @@ equality constraints: the servo-control paper's coordinated robots (a 5-link clo
 ground at both ends, passive under gravity) and the parallel-robot paper's parallel robot (three 2-link chains
 joined at the end effector, driven by constant base torques); and the parallel robot read from
 one MJCF file by both simulators (`ukjax.models.PARALLEL_2DOF_MJCF` through
-`ukjax.models.from_mjcf`); the two-finger gripper of `examples/gripper.xml` read by both (two
+`ukjax.models.from_mjcf`); the four-bar of `examples/fourbar.xml` read by both (one `connect`
+loop); the two-finger gripper of `examples/gripper.xml` read by both (two
 four-bar fingers, a joint equality mirroring them, a tendon with a spring and a position
 actuator on it, held at a constant command); and Agility's Cassie read from
 `shared/robots/cassie.xml` by both (a free pelvis, two ball joints, four loops). A file that
@@ -122,6 +123,7 @@ def from_file():
     )
 
 
+FOURBAR = examples.path("fourbar.xml")
 GRIPPER = examples.path("gripper.xml")
 GRIP = 0.3  # the gripper's command (its actuator's `ctrlrange` is ±0.6)
 CASSIE = Path(__file__).resolve().parents[2] / "shared" / "robots" / "cassie.xml"
@@ -143,6 +145,20 @@ def _equality_violation(mjm):
         return worst
 
     return violation
+
+
+def fourbar():
+    """`examples/fourbar.xml` read by both, from its `qpos0` (the loop closed), passive under
+    gravity: ukjax's loop exact, MuJoCo's soft."""
+    import mujoco
+
+    m = models.from_mjcf(FOURBAR)
+    system = ukjax.ConstrainedSystem(m.system, m.constraints)
+    xml = FOURBAR.read_text().replace(
+        '<option gravity="0 0 -9.81">', f'<option gravity="0 0 -9.81" timestep="{DT}" integrator="RK4">'
+    )
+    violation = _equality_violation(mujoco.MjModel.from_xml_string(xml))
+    return "four-bar, one MJCF file", system, m.q0, xml, np.asarray(m.q0), np.zeros(0), violation
 
 
 def gripper():
@@ -284,7 +300,7 @@ def main(
     )
     print(f"{'mechanism':30s} {'simulator':8s} {'M steps/s':>10s} {'ratio':>7s} {'violation':>10s}")
     results, failures = [], {}
-    cases = [coordinated(), parallel(), from_file()]
+    cases = [coordinated(), parallel(), from_file(), fourbar()]
     for path, case in ((GRIPPER, gripper), (CASSIE, cassie)):
         if path.is_file():
             cases.append(case())
