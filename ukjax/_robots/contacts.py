@@ -176,6 +176,27 @@ class PlaneContacts(AbstractUnilateral):
         return Sketch(links, lowest)
 
 
+def _between_bodies(contacts, normal: ConstraintRows, n, n_rate, J, w_rate, qd, reach, speed) -> ContactRows:
+    """The rows of `contacts` between two moving bodies, given their normal rows: the slip
+    `w = J q̇` at each touching point (`J`, shape (k, 3, n)) along a tangent basis that turns
+    with the unit normal `n` (at `ṅ`), its rate without the q̈ term (`w_rate` the slip's own),
+    and the least time in which each contact could be crossed, `reach / speed` (None for a
+    `reach` of None: contacts that cannot be)."""
+    k = n.shape[0]
+    T, T_rate = jax.jvp(tangent_basis, (n,), (n_rate,))
+    At = jnp.einsum("kdj,kjn->kdn", T, J).reshape(-1, qd.shape[0])
+    rate = jnp.einsum("kdj,kj->kd", T, w_rate) + jnp.einsum("kdj,kj->kd", T_rate, jnp.sum(J * qd, axis=-1))
+    name = type(contacts).__name__
+    crossing = None if reach is None else jnp.where(speed > 0, reach / jnp.where(speed > 0, speed, 1), jnp.inf)
+    return ContactRows(
+        normal,
+        ConstraintRows(At, -rate.reshape(-1), jnp.zeros(2 * k, qd.dtype), At @ qd),
+        _per_contact(contacts.friction, k, f"{name} friction"),
+        _per_contact(contacts.restitution, k, f"{name} restitution"),
+        crossing,
+    )
+
+
 # The primitive shapes a sphere can touch, each as its signed distance and unit normal at a
 # point `y` in the shape's frame (`size`: a sphere's radius; a capsule's radius and half
 # length along z; a box's half sizes; a plane is z ≥ 0).
@@ -334,24 +355,11 @@ class ShapeContacts(AbstractUnilateral):
             - jnp.cross(shape.alpha, arm)
             - jnp.cross(shape.omega, c_rate - o_rate)
         )
-        w = jnp.sum(J * qd, axis=-1)
-        T, T_rate = jax.jvp(tangent_basis, (n,), (n_rate,))
-        At = jnp.einsum("kdj,kjn->kdn", T, J).reshape(-1, q.shape[0])
-        rate = jnp.einsum("kdj,kj->kd", T, w_rate) + jnp.einsum("kdj,kj->kd", T_rate, w)
-        k = len(self.bodies)
         # to pass through the shape unseen the sphere's centre travels, relative to it, at
         # least the gap and the widths of both (a gap along a curved path, or through a
         # shape thinner than a step, changes sign twice within one step)
-        speed = norm(yd)
-        reach = jnp.maximum(distance - r, 0) + 2 * r + thickness
-        crossing = jnp.where(speed > 0, reach / jnp.where(speed > 0, speed, 1), jnp.inf)
-        return ContactRows(
-            normal,
-            ConstraintRows(At, -rate.reshape(-1), jnp.zeros(2 * k, q.dtype), At @ qd),
-            _per_contact(self.friction, k, "ShapeContacts friction"),
-            _per_contact(self.restitution, k, "ShapeContacts restitution"),
-            None if set(self.kinds) == {"plane"} else crossing,
-        )
+        reach = None if set(self.kinds) == {"plane"} else jnp.maximum(distance - r, 0) + 2 * r + thickness
+        return _between_bodies(self, normal, n, n_rate, J, w_rate, qd, reach, norm(yd))
 
     def _touching(self, tree, q):
         """Each touching point `x − r n` and each shape's origin, in the world."""
@@ -487,23 +495,10 @@ class SegmentContacts(AbstractUnilateral):
             - jnp.cross(b0.alpha, arm_b)
             - jnp.cross(b0.omega, c_rate - ends_rate[2])
         )
-        w = jnp.sum(Jw * qd, axis=-1)
-        T, T_rate = jax.jvp(tangent_basis, (n,), (n_rate,))
-        At = jnp.einsum("kdj,kjn->kdn", T, Jw).reshape(-1, q.shape[0])
-        rate = jnp.einsum("kdj,kj->kd", T, w_rate) + jnp.einsum("kdj,kj->kd", T_rate, w)
-        k = len(self.bodies)
         # the gap is below zero only while the segments are within both radii of each other:
         # a relative motion of twice that passes through unseen
-        speed = norm(d_rate)
         reach = jnp.maximum(distance - r - r_other, 0) + 2 * (r + r_other)
-        crossing = jnp.where(speed > 0, reach / jnp.where(speed > 0, speed, 1), jnp.inf)
-        return ContactRows(
-            normal,
-            ConstraintRows(At, -rate.reshape(-1), jnp.zeros(2 * k, q.dtype), At @ qd),
-            _per_contact(self.friction, k, "SegmentContacts friction"),
-            _per_contact(self.restitution, k, "SegmentContacts restitution"),
-            crossing,
-        )
+        return _between_bodies(self, normal, n, n_rate, Jw, w_rate, qd, reach, norm(d_rate))
 
     def _ends(self, tree, kin, motion) -> list[algorithms.BodyMotion]:
         """The motion of the segments' ends: the first ends, the second ends, the other
