@@ -455,28 +455,29 @@ class SegmentContacts(AbstractUnilateral):
         a0, a1, b0, b1 = self._ends(tree, kin, algorithms.motion(tree, kin, qd))
         ends = tuple(m.x for m in (a0, a1, b0, b1))
         ends_rate = tuple(jnp.sum(m.J * qd, axis=-1) for m in (a0, a1, b0, b1))
-        (s, t), (s_rate, t_rate) = jax.jvp(_closest, ends, ends_rate)
+        # the closest points' parameters on the two segments, and their rates
+        (s, u), (s_rate, u_rate) = jax.jvp(_closest, ends, ends_rate)
 
-        def between(u, v, w):  # u + w (v − u), w per contact
-            w = w.reshape(w.shape + (1,) * (u.ndim - 1))
-            return u + w * (v - u)
+        def between(x, y, w):  # x + w (y − x), w per contact
+            w = w.reshape(w.shape + (1,) * (x.ndim - 1))
+            return x + w * (y - x)
 
         # the two bodies' material points at the closest points; these points slide along the
         # segments at (ṡ, ṫ), which moves the normal but not the gap to first order
-        d = between(a0.x, a1.x, s) - between(b0.x, b1.x, t)
-        d_material = between(ends_rate[0], ends_rate[1], s) - between(ends_rate[2], ends_rate[3], t)
-        d_rate = d_material + s_rate[:, None] * (a1.x - a0.x) - t_rate[:, None] * (b1.x - b0.x)
+        d = between(a0.x, a1.x, s) - between(b0.x, b1.x, u)
+        d_material = between(ends_rate[0], ends_rate[1], s) - between(ends_rate[2], ends_rate[3], u)
+        d_rate = d_material + s_rate[:, None] * (a1.x - a0.x) - u_rate[:, None] * (b1.x - b0.x)
         n, n_rate = jax.jvp(unit, (d,), (d_rate,))
         r, r_other = self.radii.astype(q.dtype), self.other_radii.astype(q.dtype)
         dot = lambda u, v: jnp.sum(u * v, axis=-1)  # noqa: E731
-        J = between(a0.J, a1.J, s) - between(b0.J, b1.J, t)
+        J = between(a0.J, a1.J, s) - between(b0.J, b1.J, u)
         A = jnp.einsum("kj,kjn->kn", n, J)
-        # g̈ = n · d̈_material + ṅ · ḋ_material + ṡ n · (ȧ1 − ȧ0) − ṫ n · (ḃ1 − ḃ0)
+        # g̈ = n · d̈_material + ṅ · ḋ_material + ṡ n · (ȧ1 − ȧ0) − u̇ n · (ḃ1 − ḃ0)
         b = -(
-            dot(n, between(a0.bias, a1.bias, s) - between(b0.bias, b1.bias, t))
+            dot(n, between(a0.bias, a1.bias, s) - between(b0.bias, b1.bias, u))
             + dot(n_rate, d_material)
             + s_rate * dot(n, ends_rate[1] - ends_rate[0])
-            - t_rate * dot(n, ends_rate[3] - ends_rate[2])
+            - u_rate * dot(n, ends_rate[3] - ends_rate[2])
         )
         distance = norm(d)
         normal = ConstraintRows(A, b, distance - r - r_other, dot(n, d_material))
