@@ -379,21 +379,25 @@ class ShapeContacts(AbstractUnilateral):
         return Sketch(jnp.concatenate(origins), touching)
 
 
+def _dot(x, y):
+    """`x · y` along the last axis."""
+    return jnp.sum(x * y, axis=-1)
+
+
 def _closest(a0, a1, b0, b1):
-    """The parameters `(s, t)` in [0, 1] of the closest points `a0 + s (a1 − a0)` and
-    `b0 + t (b1 − b0)` of two segments (each argument shape (k, 3))."""
+    """The parameters `(s, u)` in [0, 1] of the closest points `a0 + s (a1 − a0)` and
+    `b0 + u (b1 − b0)` of two segments (each argument shape (k, 3))."""
     d1, d2, r = a1 - a0, b1 - b0, a0 - b0
-    dot = lambda u, v: jnp.sum(u * v, axis=-1)  # noqa: E731
-    a, e, b, c, f = dot(d1, d1), dot(d2, d2), dot(d1, d2), dot(d1, r), dot(d2, r)
+    a, e, b, c, f = _dot(d1, d1), _dot(d2, d2), _dot(d1, d2), _dot(d1, r), _dot(d2, r)
     denom = a * e - b * b
     # parallel segments (sin² of their angle below 1e-12): every point of the overlap is as
     # close, and the start of the first is taken
     skew = denom > 1e-12 * a * e
     s = jnp.where(skew, jnp.clip((b * f - c * e) / jnp.where(skew, denom, 1.0), 0.0, 1.0), 0.0)
-    t = (b * s + f) / e
+    u = (b * s + f) / e
     # past an end of the second segment, the point of the first nearest that end
-    s = jnp.where(t < 0, jnp.clip(-c / a, 0.0, 1.0), jnp.where(t > 1, jnp.clip((b - c) / a, 0.0, 1.0), s))
-    return s, jnp.clip(t, 0.0, 1.0)
+    s = jnp.where(u < 0, jnp.clip(-c / a, 0.0, 1.0), jnp.where(u > 1, jnp.clip((b - c) / a, 0.0, 1.0), s))
+    return s, jnp.clip(u, 0.0, 1.0)
 
 
 class SegmentContacts(AbstractUnilateral):
@@ -463,24 +467,23 @@ class SegmentContacts(AbstractUnilateral):
             return x + w * (y - x)
 
         # the two bodies' material points at the closest points; these points slide along the
-        # segments at (ṡ, ṫ), which moves the normal but not the gap to first order
+        # segments at (ṡ, u̇), which moves the normal but not the gap to first order
         d = between(a0.x, a1.x, s) - between(b0.x, b1.x, u)
         d_material = between(ends_rate[0], ends_rate[1], s) - between(ends_rate[2], ends_rate[3], u)
         d_rate = d_material + s_rate[:, None] * (a1.x - a0.x) - u_rate[:, None] * (b1.x - b0.x)
         n, n_rate = jax.jvp(unit, (d,), (d_rate,))
         r, r_other = self.radii.astype(q.dtype), self.other_radii.astype(q.dtype)
-        dot = lambda u, v: jnp.sum(u * v, axis=-1)  # noqa: E731
         J = between(a0.J, a1.J, s) - between(b0.J, b1.J, u)
         A = jnp.einsum("kj,kjn->kn", n, J)
         # g̈ = n · d̈_material + ṅ · ḋ_material + ṡ n · (ȧ1 − ȧ0) − u̇ n · (ḃ1 − ḃ0)
         b = -(
-            dot(n, between(a0.bias, a1.bias, s) - between(b0.bias, b1.bias, u))
-            + dot(n_rate, d_material)
-            + s_rate * dot(n, ends_rate[1] - ends_rate[0])
-            - u_rate * dot(n, ends_rate[3] - ends_rate[2])
+            _dot(n, between(a0.bias, a1.bias, s) - between(b0.bias, b1.bias, u))
+            + _dot(n_rate, d_material)
+            + s_rate * _dot(n, ends_rate[1] - ends_rate[0])
+            - u_rate * _dot(n, ends_rate[3] - ends_rate[2])
         )
         distance = norm(d)
-        normal = ConstraintRows(A, b, distance - r - r_other, dot(n, d_material))
+        normal = ConstraintRows(A, b, distance - r - r_other, _dot(n, d_material))
         # the slip at the touching point c on the first segment's surface, each body's velocity
         # there from its first end: v(c) = v(a0) + ω × (c − a0)
         c = between(a0.x, a1.x, s) - r[:, None] * n
