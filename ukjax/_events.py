@@ -92,7 +92,10 @@ def _contact_state(system, t, q, qd, modes=None, rest=None):
     return d, d.levels[-1], contacts
 
 
-def _event_value(s, y, args, **kwargs):
+# Jitted so that its trace is cached, as the vector field's (`_stepping._rates`): diffrax
+# traces the event's value at the start, at each step's end and in the root finder.
+@eqx.filter_jit
+def _event_value(s, y, args):
     """Positive while every contact's mode holds: an open contact's gap, a closed one's
     normal force, a sticking one's margin inside the friction cone, a sliding one's slip
     along the direction it started in."""
