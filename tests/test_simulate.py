@@ -2,6 +2,7 @@
 solutions (knife edge on an incline, Baumgarte error dynamics, viscous sliding), finite
 differences for gradients, and seed 001's SCARA result."""
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -203,6 +204,11 @@ def test_failure_statuses():
 
     with pytest.raises(ValueError, match="needs a step size dt0"):
         ukjax.simulate(csys, jnp.zeros(2), jnp.zeros(2), 0.0, 1.0, adaptive=False)
+    for t1, dt0 in ((1.0, -0.1), (1.0, 0.0), (-1.0, 0.1)):
+        with pytest.raises(ValueError, match="dt0 must point from t0 = 0.0 towards t1"):
+            ukjax.simulate(csys, jnp.zeros(2), jnp.zeros(2), 0.0, t1, dt0=dt0)
+    with pytest.raises(NotImplementedError, match="not BacksolveAdjoint"):
+        ukjax.simulate(csys, jnp.zeros(2), jnp.zeros(2), 0.0, 1.0, adjoint=diffrax.BacksolveAdjoint())
     with pytest.raises(ValueError, match="q0 and qd0 must both have shape"):
         ukjax.simulate(csys, jnp.zeros(2), jnp.zeros(3), 0.0, 1.0)
     with pytest.raises(ValueError, match="mass matrix has shape"):
@@ -254,7 +260,6 @@ def test_forward_mode_through_the_default_adjoint_names_the_fix():
     """`jax.jacfwd` through `simulate` with the default (reverse-only) adjoint: a TypeError
     that names `adjoint=diffrax.ForwardMode()`, not JAX's raw custom_vjp message; with it the
     derivative is that of the closed form `x(t) = x₀ cos(√k t)`."""
-    import diffrax
 
     def final(k, adjoint=None):
         spring = ukjax.ExplicitSystem(lambda t, q: jnp.eye(1), lambda t, q, qd: -k * q)

@@ -1,6 +1,7 @@
-"""Event-driven integration of a system with unilateral constraints: diffrax integrates each
-smooth stretch with the contacts' modes fixed and stops where a mode stops holding; each event
-applies its impacts and chooses the modes that hold from there."""
+"""Event-driven integration of a system with unilateral constraints: each smooth stretch is
+integrated with the contacts' modes fixed (diffrax's solvers and step-size controllers, in a
+loop of ukjax's own) and stops where a mode stops holding; each event applies its impacts and
+chooses the modes that hold from there."""
 
 import warnings
 
@@ -10,12 +11,11 @@ import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optimistix as optx
 
 from . import _linalg as la
 from ._jit import jit
 from ._solution import FATAL, Solution, Status, final_status
-from ._stepping import Bounded, StopAtFault, vector_field
+from ._stepping import Bounded, StopAtFault, integrate, loop_kind
 from ._systems import levels_violation, solve_levels
 from ._unilateral import (
     CONE,
@@ -92,17 +92,11 @@ def _contact_state(system, t, q, qd, modes=None, rest=None):
     return d, d.levels[-1], contacts
 
 
-# Jitted so that its trace is cached, as the vector field's (`_stepping._rates`): diffrax
-# traces the event's value at the start, at each step's end and in the root finder.
-@eqx.filter_jit
-def _event_value(s, y, args):
+def _values(contacts, sol, modes, force_scale):
     """Positive while every contact's mode holds: an open contact's gap, a closed one's
     normal force, a sticking one's margin inside the friction cone, a sliding one's slip
-    along the direction it started in."""
-    system, t0, span, modes, rest, force_scale = args
-    q, qd, _ = y
-    _, level, (_, sol, _) = _contact_state(system, t0 + s * span, q, qd, modes, rest)
-    c = level.contacts
+    along the direction it started in. The least of them, scaled (`_EVENT_SCALE`)."""
+    c = contacts
     slip = jnp.einsum("kd,kd->k", c.tangent.phid.reshape(-1, 2), modes.direction)
     friction = c.friction > 0
     values = [
@@ -122,6 +116,17 @@ def _event_value(s, y, args):
     return jnp.where(jnp.isnan(value), jnp.inf, value)
 
 
+# Jitted so that its trace is cached, as the vector field's (`_stepping._rates`): it is
+# called at each step's end and in the root finder.
+@eqx.filter_jit
+def _event_value(s, y, args):
+    """`_values` at `y`, in the normalised time `s`, in the modes of `args`."""
+    system, t0, span, modes, rest, force_scale = args
+    q, qd, _ = y
+    _, level, (_, sol, _) = _contact_state(system, t0 + s * span, q, qd, modes, rest)
+    return _values(level.contacts, sol, modes, force_scale)
+
+
 def _transition(system, t, q, qd, rest_speed):
     """What happens at an event: the touching contacts and the equality rows projected back
     onto `g = 0`, `Φ = 0` (two minimum-norm Gauss–Newton steps), then impacts by Newton's
@@ -131,8 +136,9 @@ def _transition(system, t, q, qd, rest_speed):
 
     **Returns:**
 
-    `(q, qd, modes, impulses, the contacts' force scales, penetration, converged, valid)`:
-    `valid` False where a contact's coefficients are out of range.
+    `(q, qd, modes, impulses, the contacts' force scales, the event's value there,
+    penetration, converged, valid)`: `valid` False where a contact's coefficients are out of
+    range.
     """
     def newton(q, _):
         level = system.constraint_levels(t, q, qd)[-1]
@@ -200,19 +206,25 @@ def _transition(system, t, q, qd, rest_speed):
     jump, converged = jax.tree.map(lambda x: x[-1], (jump, converged))
     qd = qd + jump.x
     # the modes from here on; their forces only scale the event values (off the tape)
-    _, (modes, sol, settled) = solve_levels(system.dynamics(t, q, qd), differentiable=False)
+    d = system.dynamics(t, q, qd)
+    _, (modes, sol, settled) = solve_levels(d, differentiable=False)
+    value = _values(d.levels[-1].contacts, sol, modes, sol.scale)
     valid = valid_coefficients(c.friction, c.restitution)
-    return q, qd, modes, jump.normal, sol.scale, penetration, converged & settled & valid, valid
+    return q, qd, modes, jump.normal, sol.scale, value, penetration, converged & settled & valid, valid
 
 
 @jit
 def simulate_events(
     system, q0, qd0, t0, t1, ts, solver, rtol, atol, dt0, adaptive, max_steps, max_events, adjoint, progress_meter
 ):
-    """`_simulate` for a system with unilateral constraints: diffrax integrates each smooth
-    stretch at its full order with the contacts' modes fixed, stops where a mode stops
-    holding (`_event_value` crosses zero, located by Newton's method on the dense output),
-    and `_transition` applies the impact and chooses the next modes."""
+    """`_simulate` for a system with unilateral constraints: each smooth stretch is
+    integrated at the solver's full order with the contacts' modes fixed, and ends where a
+    mode stops holding (`_event_value` crosses zero at a step's end; the root found on that
+    step's dense output); `_transition` applies the impact and chooses the next modes.
+
+    The stretches are stepped by `integrate`: the program holds one copy of the event's
+    value in the steps and one in the root finder, each save is interpolated once, by the
+    stretch that reaches it, and no host callback enters the program."""
     controller = diffrax.PIDController(rtol=rtol, atol=atol) if adaptive else diffrax.ConstantStepSize()
     span = t1 - t0
     scale = jnp.where(span == 0, 1.0, span)
@@ -220,6 +232,7 @@ def simulate_events(
         dt0 = dt0 / scale
     if adaptive and eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0)[-1].contacts.crossing is not None:
         controller = Bounded(controller)
+    controller = StopAtFault(controller)
     saves = (ts - t0) / scale
     rest_speed = jnp.sqrt(atol)
     k = ts.shape[0]
@@ -227,8 +240,7 @@ def simulate_events(
 
     dtype = q0.dtype
     c = eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0)[-1].contacts.size
-    # each save's state and the stretch it belongs to; the modes are kept per stretch (the
-    # saves' records pass through every event: the fewer per save, the cheaper a dense grid)
+    # each save's state and the stretch it belongs to; the modes are kept per stretch
     records = (jnp.full((k,) + q0.shape, jnp.inf, dtype), jnp.full((k,) + q0.shape, jnp.inf, dtype), jnp.zeros(k, jnp.int32))
     no_modes = Modes(jnp.zeros(c, jnp.int32), jnp.zeros((c, 2), dtype), jnp.ones(c, dtype))
     # The start is resolved as an event is (a ball dropped resting, a start inside a limit),
@@ -242,7 +254,7 @@ def simulate_events(
         start=jnp.array(True),
         health=jnp.zeros(4, dtype),
         records=records,
-        filled=jnp.zeros(k, bool),
+        index=jnp.zeros((), jnp.int32),
         count=jnp.zeros((), jnp.int32),
         event_times=jnp.full(max_events, jnp.inf, dtype),
         impulses=jnp.zeros((max_events, c), dtype),
@@ -252,6 +264,7 @@ def simulate_events(
         valid=jnp.array(True),
         result=diffrax.RESULTS.successful,
         steps=jnp.zeros((), jnp.int32),
+        meter=progress_meter.init(),
     )
 
     def cond(state):
@@ -261,7 +274,7 @@ def simulate_events(
 
     def body(state):
         s0, count, start = state["s"], state["count"], state["start"]
-        q, qd, modes, jump, force_scale, penetration, converged, valid = _transition(
+        q, qd, modes, jump, force_scale, value, penetration, converged, valid = _transition(
             system, time(s0), state["q"], state["qd"], rest_speed
         )
         # where the transition has no solution (a mass matrix that is not positive definite)
@@ -274,52 +287,37 @@ def simulate_events(
         impulses = state["impulses"].at[count].set(jnp.where(start, 0, jump))
         count = count + ~start
         stretches = jax.tree.map(lambda all, x: all.at[count].set(x), state["stretches"], modes)
-        # The saves not yet filled, first: the stretch interpolates those it reaches, where
-        # all of them, each stretch from its start, made a dense grid cost the events times
-        # its size. The filled ones wrap round to the end of the run, where only the last
-        # stretch reaches them.
-        first = jnp.argmin(state["filled"])
-        pending = jnp.roll(jnp.where(state["filled"], 1.0, jnp.clip(saves, s0, 1)), -first)
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(vector_field),
+        # a member with invalid coefficients saves nothing: its run never started
+        index = jnp.where(valid, state["index"], k)
+        args = (system, t0, span, modes, _SLIDE_SPEED * atol)
+        run = integrate(
             solver,
+            controller,
             s0,
-            jnp.ones((), dtype),
-            dt0,
             (q, qd, state["health"]),
-            args=(system, t0, span, modes, _SLIDE_SPEED * atol),
-            saveat=diffrax.SaveAt(
-                subs=[diffrax.SubSaveAt(ts=pending, fn=lambda t, y, args: y[:2]), diffrax.SubSaveAt(t1=True)]
-            ),
-            stepsize_controller=StopAtFault(controller),
-            event=diffrax.Event(
-                lambda t, y, args, **kwargs: _event_value(t, y, args + (force_scale,)),
-                optx.Bisection(rtol=1e-14, atol=1e-14, flip=True),  # values fall through zero
-                direction=False,
-            ),
+            args,
+            dt0,
+            saves=saves,
+            records=state["records"],
+            index=index,
+            record=lambda y: (y[0], y[1], count),
             max_steps=max_steps,
             adjoint=adjoint,
-            throw=False,
             progress_meter=progress_meter,
+            meter=state["meter"],
+            event=(lambda s, y: _event_value(s, y, args + (force_scale,)), value),
         )
-        (qs, qds), (s1, y1) = (jnp.roll(x, first, axis=0) for x in sol.ys[0]), (sol.ts[1][-1], sol.ys[1])
-        q1, qd1, health = (x[-1] for x in y1)
-        # a member with invalid coefficients saves nothing: its run never started
-        new = (saves >= s0) & (saves <= s1) & ~state["filled"] & valid
-        records = tuple(
-            jnp.where(new.reshape((k,) + (1,) * (old.ndim - 1)), value, old)
-            for old, value in zip(state["records"], (qs, qds, jnp.broadcast_to(count, (k,))))
-        )
+        q1, qd1, health = run.y
         return dict(
-            s=s1,
+            s=run.s,
             q=q1,
             qd=qd1,
             modes=modes,
             stretches=stretches,
             start=jnp.array(False),
             health=health,
-            records=records,
-            filled=state["filled"] | new,
+            records=run.records,
+            index=jnp.where(valid, run.index, state["index"]),
             count=count,
             event_times=event_times,
             impulses=impulses,
@@ -328,19 +326,19 @@ def simulate_events(
             start_penetration=jnp.where(start, penetration, state["start_penetration"]),
             converged=converged,
             valid=valid,
-            result=diffrax.RESULTS.where(
-                sol.result == diffrax.RESULTS.event_occurred, diffrax.RESULTS.successful, sol.result
-            ),
-            steps=state["steps"] + sol.stats["num_steps"],
+            result=run.result,
+            steps=state["steps"] + run.stats["num_steps"],
+            meter=run.meter,
         )
 
     # reverse mode through the events needs the checkpointed loop, forward mode the plain one
-    kind = "lax" if isinstance(adjoint, diffrax.ForwardMode) else "checkpointed"
-    final = eqxi.while_loop(cond, body, init, max_steps=max_events + 1, kind=kind)
+    final = eqxi.while_loop(cond, body, init, max_steps=max_events + 1, kind=loop_kind(adjoint))
+    progress_meter.close(final["meter"])
     q, qd, stretch = final["records"]
     # a save never reached keeps the modes of none
+    filled = jnp.arange(k) < final["index"]
     mode, direction, weight = (
-        jnp.where(final["filled"].reshape((k,) + (1,) * (x.ndim - 1)), x[stretch], none)
+        jnp.where(filled.reshape((k,) + (1,) * (x.ndim - 1)), x[stretch], none)
         for x, none in zip(final["stretches"], no_modes)
     )
     start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))

@@ -14,7 +14,7 @@ from ._events import simulate_events, warn_if_started_inside
 from ._jit import jit
 from ._projection import drift_step
 from ._solution import MESSAGES, Solution, Status, final_status
-from ._stepping import RK4, Projecting, StopAtFault, vector_field
+from ._stepping import RK4, Projecting, StopAtFault, integrate, loop_kind
 from ._systems import AbstractSystem, check_state
 from ._unilateral import AbstractUnilateral, check_coefficients
 
@@ -71,8 +71,9 @@ def simulate(
       constraints).
     - `max_events`: with unilateral constraints, the most events (impacts, releases,
       stick–slip changes) in the run.
-    - `adjoint`: a diffrax adjoint for gradients (default: checkpointed reverse mode;
-      `diffrax.ForwardMode()` for forward-mode Jacobians).
+    - `adjoint`: how derivatives go through the steps: `diffrax.RecursiveCheckpointAdjoint()`
+      (the default, checkpointed reverse mode) or `diffrax.ForwardMode()` (forward-mode
+      Jacobians, the cheaper route for few parameters).
     - `project`: after each step and at each save, take the step's drift off the equality
       constraints (one minimum-norm Gauss–Newton step onto `Φ = 0`, `Φ̇ = 0` from one
       factorization of the rows; derivatives go through it). The U-K rows hold the
@@ -102,6 +103,9 @@ def simulate(
     ts = jnp.stack([t0, t1]) if ts is None else _save_times(jnp.asarray(ts, q0.dtype), t0, t1)
     if not adaptive and dt0 is None:
         raise ValueError("Fixed-step integration (adaptive=False) needs a step size dt0.")
+    if dt0 is not None and adaptive and not any(isinstance(x, jax.core.Tracer) for x in (dt0, t0, t1)):
+        if not float(dt0) * float(t1 - t0) > 0 and t0 != t1:
+            raise ValueError(f"dt0 must point from t0 = {float(t0)} towards t1 = {float(t1)}, got {float(dt0)}.")
     if adaptive and isinstance(solver, RK4):
         raise ValueError("ukjax.RK4 has no error estimate: use it with adaptive=False and dt0.")
     # read from the system's structure: no trace of its rows for every call
@@ -117,6 +121,8 @@ def simulate(
             "(ukjax.Forced)."
         )
     solver = diffrax.Tsit5() if solver is None else solver
+    adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint
+    loop_kind(adjoint)  # one of the two, said before tracing
     arguments = (
         system,
         q0,
@@ -130,7 +136,7 @@ def simulate(
         None if dt0 is None else jnp.asarray(dt0, q0.dtype),
         adaptive,
         max_steps,
-        diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
+        adjoint,
         diffrax.NoProgressMeter() if progress_meter is None else progress_meter,
     )
     try:
@@ -212,9 +218,8 @@ def _simulate(
     system, q0, qd0, t0, t1, ts, solver, rtol, atol, dt0, adaptive, max_steps, adjoint, progress_meter
 ):
     controller = diffrax.PIDController(rtol=rtol, atol=atol) if adaptive else diffrax.ConstantStepSize()
-    # diffrax integrates from 0 to 1 in s = (t - t0) / (t1 - t0): its end time is then a
-    # constant, and what it derives from it (100 `prevbefore` calls, 1 500 operations) folds
-    # away when compiling, 0.2 s less to compile every simulation. Fixed steps: the N steps
+    # The run integrates from 0 to 1 in s = (t - t0) / (t1 - t0): its end time is then a
+    # constant, and what derives from it folds away when compiling. Fixed steps: the N steps
     # diffrax would take in t, each ending at t0 + (t1 - t0) k / N as there.
     span = t1 - t0
     scale = jnp.where(span == 0, 1.0, span)  # t0 = t1: nothing moves, any s will do
@@ -222,37 +227,36 @@ def _simulate(
         dt0 = 1 / jnp.maximum(jnp.ceil(jnp.abs(span) / jnp.nextafter(jnp.abs(dt0), jnp.inf)), 1)
     elif dt0 is not None:
         dt0 = dt0 / scale
-    s0, s1 = jnp.zeros((), q0.dtype), jnp.ones((), q0.dtype)
     saves = (ts - t0) / scale
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(vector_field),
+    inf = jnp.full((ts.shape[0],) + q0.shape, jnp.inf, q0.dtype)
+    run = integrate(
         solver,
-        s0,
-        s1,
-        dt0,
+        StopAtFault(controller),
+        jnp.zeros((), q0.dtype),
         (q0, qd0, jnp.zeros(4, q0.dtype)),
-        args=(system, t0, span, None, None),
-        saveat=diffrax.SaveAt(
-            subs=[diffrax.SubSaveAt(ts=saves), diffrax.SubSaveAt(t1=True)], controller_state=True
-        ),
-        stepsize_controller=StopAtFault(controller),
+        (system, t0, span, None, None),
+        dt0,
+        saves=saves,
+        records=(inf, inf),
+        index=jnp.zeros((), jnp.int32),
+        record=lambda y: y[:2],
         max_steps=max_steps,
         adjoint=adjoint,
-        throw=False,
         progress_meter=progress_meter,
+        meter=progress_meter.init(),
     )
-    (q, qd, _), (_, _, health) = sol.ys
+    progress_meter.close(run.meter)
+    (q, qd), (_, _, health) = run.records, run.y
     if isinstance(solver, Projecting):  # the saves between step ends too
         projected = jax.vmap(drift_step, in_axes=(None, 0, 0, 0))(system, ts, q, qd)
         finite = (jnp.all(jnp.isfinite(q), axis=1) & jnp.all(jnp.isfinite(qd), axis=1))[:, None]
         q, qd = (jnp.where(finite, new, old) for new, old in zip(projected, (q, qd)))
-    # From the step that met a fatal fault onward the saves hold no motion (that step's
-    # interpolation was stretched to the end): voided, as diffrax leaves the saves it never
-    # reached.
-    void = (saves > sol.controller_state[1])[:, None]
+    # From the step that met a fatal fault onward the saves hold no motion: voided, as the
+    # saves the run never reached are.
+    void = (saves > run.controller_state[1])[:, None]
     q, qd = jnp.where(void, jnp.inf, q), jnp.where(void, jnp.inf, qd)
     start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
-    status = final_status(sol.result, start_finite, health[-1], q, qd)
+    status = final_status(run.result, start_finite, health, q, qd)
     violation = jax.vmap(system.violation)(ts, q, qd)
     phi, phid = (None, None) if violation is None else violation
-    return Solution(ts, q, qd, phi, phid, status, sol.stats)
+    return Solution(ts, q, qd, phi, phid, status, run.stats)

@@ -6,10 +6,12 @@ from typing import ClassVar
 
 import diffrax
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
+from jaxtyping import Array, PyTree
 
 from ._core import sqrt_eps
 from ._projection import drift_step
@@ -232,3 +234,193 @@ class Projecting(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
 
     def func(self, terms, t0, y0, args):
         return self._inner().func(terms, t0, y0, args)
+
+
+def loop_kind(adjoint: diffrax.AbstractAdjoint) -> str:
+    """The kind of `integrate`'s while loops for `adjoint`: checkpointed for reverse mode,
+    plain for forward mode."""
+    if isinstance(adjoint, diffrax.ForwardMode):
+        return "lax"
+    if isinstance(adjoint, diffrax.RecursiveCheckpointAdjoint):
+        return "checkpointed"
+    raise NotImplementedError(
+        "simulate takes its steps in a loop of its own: its adjoints are diffrax.RecursiveCheckpointAdjoint "
+        f"(reverse mode) and diffrax.ForwardMode, not {type(adjoint).__name__}."
+    )
+
+
+class Integration(eqx.Module):
+    """Where `integrate` stands: the step to take next (`s` to `snext`), the saves so far,
+    and, once a step's end crossed the event, that step (`bracket`: its start, its end and
+    its dense output)."""
+
+    s: Array
+    snext: Array
+    y: PyTree
+    solver_state: PyTree
+    controller_state: PyTree
+    value: Array  # the event's value at `s`
+    crossed: Array
+    bracket: tuple
+    records: PyTree
+    index: Array
+    result: diffrax.RESULTS
+    accepted: Array
+    rejected: Array
+    meter: PyTree
+
+    @property
+    def stats(self) -> dict:
+        return {
+            "num_steps": self.accepted + self.rejected,
+            "num_accepted_steps": self.accepted,
+            "num_rejected_steps": self.rejected,
+        }
+
+
+def _save(interpolation, saves, upto, record, records, index, kind):
+    """The saves from `index` on that lie at or before `upto`, each interpolated once on the
+    step's dense output and written by `record` into `records`."""
+    k = saves.shape[0]
+
+    def cond(carry):
+        _, i = carry
+        return (i < k) & (saves[jnp.minimum(i, k - 1)] <= upto)
+
+    def body(carry):
+        records, i = carry
+        new = record(interpolation.evaluate(saves[i]))
+        return jax.tree.map(lambda all, x: all.at[i].set(x), records, new), i + 1
+
+    return eqxi.while_loop(cond, body, (records, index), max_steps=k, kind=kind)
+
+
+def integrate(
+    solver,
+    controller,
+    s0,
+    y0,
+    args,
+    dt0,
+    *,
+    saves,
+    records,
+    index,
+    record,
+    max_steps,
+    adjoint,
+    progress_meter,
+    meter,
+    event=None,
+) -> Integration:
+    """Integrate `vector_field` from `s0` to 1 (the normalised time of `_simulate`) with
+    diffrax's `solver` and step-size `controller`, in a loop of ukjax's own: the program then
+    holds no runtime check of the save times or the first step (host callbacks, which JAX's
+    persistent compilation cache refuses), each save is interpolated once on the step that
+    reaches it, and an event's value is evaluated once per step, at the step's end.
+
+    **Arguments:**
+
+    - `solver`, `controller`: diffrax's; `dt0` the first step (None: the controller's choice).
+    - `s0`, `y0`, `args`: the start and the vector field's arguments.
+    - `saves`: the save times, sorted; the saves from `index` on are due.
+    - `records`, `record`: leaves with one row per save; `record(y)` is a save's rows.
+    - `max_steps`: the most steps; `adjoint`: diffrax's, for the loops' kind (`loop_kind`).
+    - `progress_meter`: diffrax's, with its state `meter`.
+    - `event`: None, or `(function, value)`: the run stops where `function(s, y)` falls
+      from above zero to zero or below between two steps' ends, located on the step's dense
+      output (bisection to 1e-14); `value` its value at `s0`.
+
+    **Returns:**
+
+    The `Integration` at the end: `s` and `y` where the run stopped (1, an event, a fault, or
+    `max_steps`), `result` diffrax's (a root that could not be located included).
+    """
+    kind = loop_kind(adjoint)
+    if kind == "lax" and getattr(solver, "scan_kind", False) is None:
+        # a Runge–Kutta solver's stages in a plain loop, for forward mode (as diffrax does)
+        solver = eqx.tree_at(lambda s: s.scan_kind, solver, "lax", is_leaf=lambda x: x is None)
+    terms = diffrax.ODETerm(vector_field)
+    error_order = solver.error_order(terms)
+    one = jnp.ones_like(s0)
+    # a step ending within 100 ulps of the end ends there (diffrax's rule)
+    floor = np.ones((), s0.dtype)
+    for _ in range(100):
+        floor = np.nextafter(floor, np.zeros((), s0.dtype))
+    function, value = (lambda s, y: jnp.inf, jnp.inf) if event is None else event
+    snext, controller_state = controller.init(terms, s0, one, y0, dt0, args, solver.func, error_order)
+    snext = jnp.minimum(snext, one)
+    solver_state = solver.init(terms, s0, snext, y0, args)
+    dense = eqx.filter_eval_shape(solver.step, terms, s0, snext, y0, args, solver_state, False)[2]
+    zero = jnp.zeros((), jnp.int32)
+    start = Integration(
+        s0, snext, y0, solver_state, controller_state, jnp.asarray(value, s0.dtype), jnp.array(False),
+        (s0, snext, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), dense)),
+        records, index, diffrax.RESULTS.successful, zero, zero, meter,
+    )
+
+    def cond(x):
+        return (x.s < 1) & ~x.crossed & (x.result == diffrax.RESULTS.successful)
+
+    def body(x):
+        y1, error, dense, solver_state, solver_result = solver.step(terms, x.s, x.snext, x.y, args, x.solver_state, False)
+        error = jax.tree.map(lambda e: jnp.where(jnp.isnan(e), jnp.inf, e), error)
+        keep, sprev, snext, _, controller_state, controller_result = controller.adapt_step_size(
+            x.s, x.snext, x.y, y1, args, error, error_order, x.controller_state
+        )
+        sprev = jnp.minimum(sprev, one)
+        snext = jnp.where(snext > floor, jnp.where(keep, one, sprev + 0.5 * (one - sprev)), snext)
+        value = function(x.snext, y1)
+        crossed = keep & (x.value > 0) & (value <= 0)
+        advance = keep & ~crossed
+        interpolation = solver.interpolation_cls(t0=x.s, t1=x.snext, **dense)
+        # a step that crossed saves up to the event, once it is located
+        records, index = _save(
+            interpolation, saves, jnp.where(advance, x.snext, -jnp.inf), record, x.records, x.index, kind
+        )
+        result = diffrax.RESULTS.where(keep, solver_result, diffrax.RESULTS.successful)
+        result = diffrax.RESULTS.where(result == diffrax.RESULTS.successful, controller_result, result)
+        where = lambda new, old: jax.tree.map(lambda a, b: jnp.where(advance, a, b), new, old)  # noqa: E731
+        return Integration(
+            s=where(sprev, x.s),
+            snext=jnp.where(crossed, x.snext, snext),
+            y=where(y1, x.y),
+            solver_state=where(solver_state, x.solver_state),
+            controller_state=jax.tree.map(lambda a, b: jnp.where(crossed, b, a), controller_state, x.controller_state),
+            value=jnp.where(advance, value, x.value),
+            crossed=crossed,
+            bracket=(x.s, x.snext, dense),
+            records=records,
+            index=index,
+            result=result,
+            accepted=x.accepted + keep,
+            rejected=x.rejected + ~keep,
+            meter=progress_meter.step(x.meter, jnp.where(advance, sprev, x.s)),
+        )
+
+    checkpoints = getattr(adjoint, "checkpoints", None)
+    x = eqxi.while_loop(cond, body, start, max_steps=max_steps, kind=kind, checkpoints=checkpoints)
+    x = eqx.tree_at(lambda x: x.result, x, diffrax.RESULTS.where(cond(x), diffrax.RESULTS.max_steps_reached, x.result))
+    if event is None:
+        return x
+
+    def locate():
+        lower, upper, dense = x.bracket
+        interpolation = solver.interpolation_cls(t0=lower, t1=upper, **dense)
+        # values fall through zero; a member that met no event has its root at its end
+        root = optx.root_find(
+            lambda s, _: jnp.where(x.crossed, function(s, interpolation.evaluate(s)), upper - s),
+            optx.Bisection(rtol=1e-14, atol=1e-14, flip=True),
+            y0=upper,
+            options=dict(lower=lower, upper=upper),
+            throw=False,
+        )
+        s = jnp.where(x.crossed, root.value, x.s)
+        y = jax.tree.map(lambda a, b: jnp.where(x.crossed, a, b), interpolation.evaluate(s), x.y)
+        records, index = _save(interpolation, saves, jnp.where(x.crossed, s, -jnp.inf), record, x.records, x.index, kind)
+        unlocated = x.crossed & (root.result != optx.RESULTS.successful)
+        result = diffrax.RESULTS.where(unlocated, diffrax.RESULTS.promote(root.result), x.result)
+        return eqx.tree_at(lambda x: (x.s, x.y, x.records, x.index, x.result), x, (s, y, records, index, result))
+
+    # no root to find where no member of a batch met an event
+    return jax.lax.cond(eqxi.unvmap_any(x.crossed), locate, lambda: x)
