@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -30,7 +32,7 @@ def test_scara_main_job(tmp_path, capsys):
 @pytest.mark.long
 def test_coordinated_control_demo(tmp_path, capsys):
     out = tmp_path / "coordinated.png"
-    main(["--no-cache", "coordinated", "--t1", "0.5", "--saves", "11", "--quiet", "--out", str(out)])
+    main(["--no-cache", "coordinated", "--t1", "0.5", "--saves", "11", "--out", str(out)])
     text = capsys.readouterr().out
     errors = [float(e) for e in re.findall(r"object tracking error (\d\.\d+e[+-]\d+)", text)]
     assert errors[0] < 1e-8 < errors[1]  # exact tracks, the seed's formula does not
@@ -79,7 +81,8 @@ def test_simulate_a_free_joint_model(tmp_path, capsys, monkeypatch):
     assert code == 0, text
     assert "status SUCCESS" in text
     # every long stage says what it is doing, once
-    assert text.count("compiling the simulation") == 1 and text.count("done in") == 2  # reading, the GIF
+    # reading, compiling, simulating, the GIF
+    assert text.count("compiling the simulation") == 1 and text.count("done in") == 4
     assert float(re.search(r"quaternion norm error (\d\.\d+e[+-]\d+)", text).group(1)) < 1e-8
     assert (tmp_path / "box.png").stat().st_size > 10_000
     assert Image.open(tmp_path / "box.gif").n_frames == 5
@@ -91,7 +94,7 @@ def test_simulate_cassie_as_the_readme_writes_it(tmp_path, capsys, monkeypatch):
     closed and the files are named as asked."""
     monkeypatch.chdir(tmp_path)
     code, text = _simulate(
-        [str(CASSIE), "--keyframe", "home", "--t1", "0.01", "--saves", "3", "--gif", "cassie.gif", "--quiet",
+        [str(CASSIE), "--keyframe", "home", "--t1", "0.01", "--saves", "3", "--gif", "cassie.gif",
          "--no-contacts"],
         capsys,
     )
@@ -118,8 +121,33 @@ def test_simulate_says_what_is_wrong_and_exits_non_zero(tmp_path, capsys, monkey
         '<equality><joint joint1="h" polycoef="0.1 0 0 0 0"/><joint joint1="h" polycoef="0.2 0 0 0 0"/></equality>',
     )
     (tmp_path / "contradiction.xml").write_text(contradiction)
-    code, text = _simulate(["contradiction.xml", "--t1", "0.05", "--saves", "2", "--alpha", "10", "--beta", "100", "--quiet"], capsys)
+    code, text = _simulate(["contradiction.xml", "--t1", "0.05", "--saves", "2", "--alpha", "10", "--beta", "100"], capsys)
     assert code == 1 and "INCONSISTENT_CONSTRAINTS" in text, text
+
+
+def test_a_simulation_is_traced_once_and_read_back(tmp_path):
+    """`ukjax simulate`'s program is kept (`jax.export`, the tree kernel's calls in it) under
+    a key of all it closes over: the same key reads it back without tracing, with the same
+    results; another key traces anew."""
+    from ukjax._commands import _kept
+
+    model = ukjax.models.from_mjcf(BOX, keyframe="spinning")
+    ts = jnp.linspace(0.0, 0.2, 5)
+
+    def simulation(q0, qd0):
+        sol = ukjax.simulate(model.system, q0, qd0, 0.0, 0.2, ts=ts, throw=False)
+        return {"q": sol.q, "status": sol.status}
+
+    def traced(q0, qd0):
+        raise AssertionError("traced again")
+
+    first = _kept(tmp_path, "simulate", ("box",), simulation, model.q0, model.qd0)(model.q0, model.qd0)
+    assert int(first["status"]) == ukjax.Status.SUCCESS
+    assert len(list((tmp_path / "ukjax-programs").glob("simulate-*.jaxexport"))) == 1
+    again = _kept(tmp_path, "simulate", ("box",), traced, model.q0, model.qd0)(model.q0, model.qd0)
+    np.testing.assert_array_equal(again["q"], first["q"])
+    with pytest.raises(AssertionError, match="traced again"):
+        _kept(tmp_path, "simulate", ("box", "another"), traced, model.q0, model.qd0)
 
 
 def test_version_and_defaults_in_help(capsys):

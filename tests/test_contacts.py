@@ -526,7 +526,7 @@ def test_the_command_line_simulates_the_file_with_its_contacts(scene, tmp_path, 
     from ukjax._cli import main
 
     main(["--no-cache", "simulate", SCENE, "--keyframe", "launched", "--t1", "1", "--saves", "21",
-          "--tol", "1e-8", "--quiet", "--out", str(tmp_path / "scene.png")])
+          "--tol", "1e-8", "--out", str(tmp_path / "scene.png")])
     text = capsys.readouterr().out
     assert "13 unilateral rows" in text and "status SUCCESS" in text and "3 contact events" in text, text
     penetration = float(text.split("largest penetration ")[1].split()[0])

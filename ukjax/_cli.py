@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--no-cache",
         action="store_true",
-        help="do not keep compiled programs between runs (JAX's persistent compilation cache, by default in "
-        "$UKJAX_CACHE_DIR or ~/.cache/ukjax/jax)",
+        help="do not keep programs between runs (JAX's persistent compilation cache and the traced programs of "
+        "`simulate`, by default in $UKJAX_CACHE_DIR or ~/.cache/ukjax/jax)",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -63,7 +63,6 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--tol", type=float, default=1e-10, help="rtol = atol of the integrator")
     p.add_argument("--out", default="coordinated.png", help="where to write the plot (the animation beside it, .gif)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_coordinated)
     p = command("fit", "identify inertial parameters from trajectories: an open and a closed chain")
     p.add_argument("--horizon", type=_duration, default=1.5, help="record length of the double pendulum [s]")
@@ -90,7 +89,6 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="leave out the file's joint limits and contacts (a smooth run: shorter to compile, faster on robot trees)",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_simulate)
     p = commands.add_parser(
         "bench",
@@ -100,8 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.set_defaults(run=None)
     args, rest = parser.parse_known_args(argv)
-    if not args.no_cache:
-        compilation_cache()
+    args.cache = None if args.no_cache else compilation_cache()
     if args.command == "bench":
         from ukjax._bench import main as bench
 

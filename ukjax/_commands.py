@@ -4,23 +4,71 @@ progress meters and plots they share."""
 
 import argparse
 import contextlib
-import sys
+import dataclasses
+import functools
+import hashlib
+import os
 import time
 from pathlib import Path
 
+import diffrax
+import equinox as eqx
 import jax
+import numpy as np
 
+from ._events import warn_if_started_inside
 from ._jit import jit
+from ._robots import kernels
+from ._simulate import warn_if_started_off
 
 
-def _meter(quiet: bool):
-    """A live bar where a person watches a terminal; in a pipe or log, a line per tenth of the
-    run (tqdm's carriage returns would fill a log with hundreds of updates)."""
-    import diffrax
+@functools.cache
+def _source() -> str:
+    """A digest of ukjax's own code (its modules and its kernel's source): a program kept
+    by an earlier version is not read back."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.rglob("*")):
+        if path.suffix in (".py", ".cc"):
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
 
-    if quiet:
-        return diffrax.NoProgressMeter()
-    return diffrax.TqdmProgressMeter() if sys.stderr.isatty() else diffrax.TextProgressMeter(minimum_increase=0.1)
+
+def _kept(cache: Path | None, name: str, key: tuple, fun, *args):
+    """`fun` compiled for `args`, traced once per `key` (the values `fun` closes over, which
+    with `args`' shapes make its program): the traced program is kept in `cache` (beside JAX's
+    compiled ones) with `jax.export`, and a later run with the same key reads it back instead
+    of tracing, then its compiled program from JAX's cache. `fun` returns a dict of arrays;
+    without a cache it is returned as it is."""
+    if cache is None:
+        return fun
+    versions = [f"{m.__name__} {m.__version__}" for m in (jax, diffrax, eqx)]
+    digest = hashlib.sha256(repr((key, versions, _source(), [(x.shape, x.dtype) for x in args])).encode())
+    path = None if cache is None else cache / "ukjax-programs" / f"{name}-{digest.hexdigest()[:32]}.jaxexport"
+    # the kernel's calls in a program are to targets only a process that registered them knows
+    checks = [jax.export.DisabledSafetyCheck.custom_call(target) for target in kernels.targets()]
+    if path is not None and path.exists():
+        exported = jax.export.deserialize(bytearray(path.read_bytes()))
+    else:
+        exported = jax.export.export(jax.jit(fun), disabled_checks=checks)(*args)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            part = path.with_suffix(f".{os.getpid()}")  # whole or not at all, to a run beside this one
+            part.write_bytes(exported.serialize())
+            part.replace(path)
+    return jax.jit(exported.call).lower(*args).compile()
+
+
+def _fields(module) -> dict:
+    """A module's fields by name (a pytree `jax.export` writes)."""
+    return {field.name: getattr(module, field.name) for field in dataclasses.fields(module)}
+
+
+def _structure(system) -> tuple:
+    """What of `system` its program depends on: its arrays' values and its structure."""
+    leaves, treedef = jax.tree.flatten(system)
+    arrays = [np.asarray(x) for x in leaves if eqx.is_array(x)]
+    values = hashlib.sha256(b"".join(x.tobytes() + str((x.shape, x.dtype)).encode() for x in arrays)).hexdigest()
+    return str(treedef), values
 
 
 @contextlib.contextmanager
@@ -210,7 +258,6 @@ def run_coordinated(args: argparse.Namespace) -> None:
     model = coordinated_robots()
     passive = ukjax.ConstrainedSystem(model.system, model.constraints)
     ts = jnp.linspace(0.0, args.t1, args.saves)
-    meter = _meter(args.quiet)
     a = args.seed_gain
     controllers = {
         "exact (constrained input map)": ukjax.ServoControl(passive, model.servo, model.actuation),
@@ -238,7 +285,6 @@ def run_coordinated(args: argparse.Namespace) -> None:
                 ts=ts,
                 rtol=args.tol,
                 atol=args.tol,
-                progress_meter=meter,
             )
         )
         elapsed = time.perf_counter() - start
@@ -412,37 +458,33 @@ def run_simulate(args: argparse.Namespace) -> None:
         + f"; t ∈ [0, {args.t1:g}] s, Tsit5, rtol=atol={args.tol:g}"
     )
     ts = jnp.linspace(0.0, args.t1, args.saves)
-    start = time.perf_counter()
-    print("compiling the simulation (the longest wait on a large robot) ...", flush=True)
-    sol = jax.block_until_ready(
-        ukjax.simulate(
-            system,
-            model.q0,
-            model.qd0,
-            0.0,
-            args.t1,
-            ts=ts,
-            rtol=args.tol,
-            atol=args.tol,
-            progress_meter=_meter(args.quiet),
-            throw=False,
-        )
-    )
-    elapsed = time.perf_counter() - start
+
+    def simulation(q0, qd0):
+        sol = ukjax.simulate(system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False)
+        return _fields(sol) | {"contacts": None if sol.contacts is None else _fields(sol.contacts)}
+
+    key = ("simulate", _structure(system), args.t1, args.saves, args.tol)
+    with _stage("compiling the simulation, or reading it back (kept: the same command again starts at once)"):
+        program = _kept(args.cache, "simulate", key, simulation, model.q0, model.qd0)
+    with _stage(f"simulating {args.t1:g} s"):
+        fields = jax.block_until_ready(program(model.q0, model.qd0))
+    contacts = fields.pop("contacts")
+    sol = ukjax.Solution(**fields, contacts=None if contacts is None else ukjax.ContactRecord(**contacts))
+    warn_if_started_off(sol, model.q0, model.qd0, args.tol, args.tol)
+    warn_if_started_inside(sol, args.tol)
     status = ukjax.Status(int(sol.status)).name
     parts = []
     if sol.phi is not None:
-        closure = sol.phi[:, norms : norms + rows]
-        if closure.shape[1]:
-            parts.append(f"max constraint violation {float(jnp.nanmax(jnp.abs(closure))):.2e}")
-        if norms:
-            parts.append(f"quaternion norm error {float(jnp.nanmax(jnp.abs(sol.phi[:, :norms]))):.2e}")
+        # over the saves the run reached (a run that stopped early has no state after that)
+        phi = jnp.abs(sol.phi[jnp.all(jnp.isfinite(sol.q), axis=1)])
+        closure = phi[:, norms : norms + rows]
+        if closure.size:
+            parts.append(f"max constraint violation {float(jnp.max(closure)):.2e}")
+        if norms and phi.size:
+            parts.append(f"quaternion norm error {float(jnp.max(phi[:, :norms])):.2e}")
     if sol.contacts is not None:
         parts.append(f"{int(sol.contacts.events)} contact events, largest penetration {float(sol.contacts.penetration):.1e}")
-    print(
-        f"  status {status}, {int(sol.stats['num_steps'])} steps, {elapsed:.1f} s with compilation"
-        + "".join(f"; {p}" for p in parts)
-    )
+    print(f"  status {status}, {int(sol.stats['num_steps'])} steps" + "".join(f"; {p}" for p in parts))
     coordinates = _units(tree)
     panels = len(coordinates) + (sol.phi is not None)
     fig, axes = plt.subplots(panels, 1, figsize=(10, 3.2 * panels), constrained_layout=True, squeeze=False)

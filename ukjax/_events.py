@@ -332,7 +332,9 @@ def simulate_events(
         )
 
     # reverse mode through the events needs the checkpointed loop, forward mode the plain one
-    final = eqxi.while_loop(cond, body, init, max_steps=max_events + 1, kind=loop_kind(adjoint))
+    final = eqxi.while_loop(
+        cond, body, init, max_steps=max_events + 1, buffers=lambda state: state["records"], kind=loop_kind(adjoint)
+    )
     progress_meter.close(final["meter"])
     q, qd, stretch = final["records"]
     # a save never reached keeps the modes of none

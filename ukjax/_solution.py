@@ -77,7 +77,8 @@ class Solution(eqx.Module):
       `ConstrainedSystem` (see its `violation`) or the servo tracking error of a closed loop;
       `None` for a system without constraints.
     - `status`: a [`ukjax.Status`][] code (integer array; one per member of a batch).
-    - `stats`: diffrax's statistics (number of steps and so on).
+    - `stats`: the numbers of steps: `num_steps` (all taken), `num_accepted_steps`,
+      `num_rejected_steps`.
     - `contacts`: for a system with unilateral constraints, a [`ukjax.ContactRecord`][]
       (gaps, modes and forces at the saved times, the events and their impulses, the
       largest penetration); None otherwise.

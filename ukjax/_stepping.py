@@ -290,9 +290,12 @@ def _save(interpolation, saves, upto, record, records, index, kind):
     def body(carry):
         records, i = carry
         new = record(interpolation.evaluate(saves[i]))
-        return jax.tree.map(lambda all, x: all.at[i].set(x), records, new), i + 1
+        # mapped over `new`: the records' leaves are buffers, each a pytree of its own
+        return jax.tree.map(lambda x, all: all.at[i].set(x), new, records), i + 1
 
-    return eqxi.while_loop(cond, body, (records, index), max_steps=k, kind=kind)
+    # the records as buffers: written in place where a member of a batch saves, not copied
+    # whole for every member that does not
+    return eqxi.while_loop(cond, body, (records, index), max_steps=k, buffers=lambda carry: carry[0], kind=kind)
 
 
 def integrate(
@@ -399,14 +402,17 @@ def integrate(
         )
 
     checkpoints = getattr(adjoint, "checkpoints", None)
-    x = eqxi.while_loop(cond, body, start, max_steps=max_steps, kind=kind, checkpoints=checkpoints)
+    x = eqxi.while_loop(
+        cond, body, start, max_steps=max_steps, buffers=lambda x: x.records, kind=kind, checkpoints=checkpoints
+    )
     x = eqx.tree_at(lambda x: x.result, x, diffrax.RESULTS.where(cond(x), diffrax.RESULTS.max_steps_reached, x.result))
     if event is None:
         return x
 
+    lower, upper, dense = x.bracket
+    interpolation = solver.interpolation_cls(t0=lower, t1=upper, **dense)
+
     def locate():
-        lower, upper, dense = x.bracket
-        interpolation = solver.interpolation_cls(t0=lower, t1=upper, **dense)
         # values fall through zero; a member that met no event has its root at its end
         root = optx.root_find(
             lambda s, _: jnp.where(x.crossed, function(s, interpolation.evaluate(s)), upper - s),
@@ -415,12 +421,12 @@ def integrate(
             options=dict(lower=lower, upper=upper),
             throw=False,
         )
-        s = jnp.where(x.crossed, root.value, x.s)
-        y = jax.tree.map(lambda a, b: jnp.where(x.crossed, a, b), interpolation.evaluate(s), x.y)
-        records, index = _save(interpolation, saves, jnp.where(x.crossed, s, -jnp.inf), record, x.records, x.index, kind)
         unlocated = x.crossed & (root.result != optx.RESULTS.successful)
-        result = diffrax.RESULTS.where(unlocated, diffrax.RESULTS.promote(root.result), x.result)
-        return eqx.tree_at(lambda x: (x.s, x.y, x.records, x.index, x.result), x, (s, y, records, index, result))
+        return root.value, diffrax.RESULTS.where(unlocated, diffrax.RESULTS.promote(root.result), x.result)
 
     # no root to find where no member of a batch met an event
-    return jax.lax.cond(eqxi.unvmap_any(x.crossed), locate, lambda: x)
+    s, result = jax.lax.cond(eqxi.unvmap_any(x.crossed), locate, lambda: (upper, x.result))
+    s = jnp.where(x.crossed, s, x.s)
+    y = jax.tree.map(lambda a, b: jnp.where(x.crossed, a, b), interpolation.evaluate(s), x.y)
+    records, index = _save(interpolation, saves, jnp.where(x.crossed, s, -jnp.inf), record, x.records, x.index, kind)
+    return eqx.tree_at(lambda x: (x.s, x.y, x.records, x.index, x.result), x, (s, y, records, index, result))

@@ -146,6 +146,13 @@ def _target(lanes: int) -> str:
     return f"ukjax_tree_{lanes}"
 
 
+def targets() -> list[str]:
+    """The kernel's FFI targets, registered in this process (built first where needed; none
+    where the kernel does not build): a program exported with calls to them (`jax.export`)
+    runs in a process where they are registered."""
+    return [_target(lanes) for lanes in (_LANES, 1)] if os.environ.get("UKJAX_KERNELS", "1") != "0" and _built() else []
+
+
 class Parts(NamedTuple):
     """A system as the kernel takes it: the tree; the wrappers that drive it (`Forced`,
     `Actuated`), outermost first, the last wrapping the tree, and the system they make
