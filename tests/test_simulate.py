@@ -207,6 +207,9 @@ def test_failure_statuses():
     for t1, dt0 in ((1.0, -0.1), (1.0, 0.0), (-1.0, 0.1)):
         with pytest.raises(ValueError, match="dt0 must point from t0 = 0.0 towards t1"):
             ukjax.simulate(csys, jnp.zeros(2), jnp.zeros(2), 0.0, t1, dt0=dt0)
+    # known save times are checked inside a caller's jit too, where they become traced
+    with pytest.raises(ValueError, match="ts must lie between t0 = 0.0 and t1 = 1.0"):
+        jax.jit(lambda q0: ukjax.simulate(csys, q0, jnp.zeros(2), 0.0, 1.0, ts=np.linspace(0, 2, 5)).q)(jnp.zeros(2))
     with pytest.raises(NotImplementedError, match="not BacksolveAdjoint"):
         ukjax.simulate(csys, jnp.zeros(2), jnp.zeros(2), 0.0, 1.0, adjoint=diffrax.BacksolveAdjoint())
     with pytest.raises(ValueError, match="q0 and qd0 must both have shape"):

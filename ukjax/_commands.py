@@ -1,6 +1,6 @@
 """The command line's commands: the source papers' demonstrations (`scara`, `coordinated`,
-`fit`) and the simulation of an MJCF or URDF robot (`simulate`), with the stage lines,
-progress meters and plots they share."""
+`fit`) and the simulation of an MJCF or URDF robot (`simulate`), with the stage lines, plots
+and kept programs they share."""
 
 import argparse
 import contextlib

@@ -47,12 +47,19 @@ def _damped_solve(J: Float[Array, "p n"], r: Float[Array, " p"], damping: Float[
 
 # Compiled as one program: evaluated op by op, the unrolled kernels dispatch thousands of
 # scalar operations (seconds for the parallel robot).
+# Jitted so that its trace is cached: `project` evaluates it six times (values, Jacobians, the
+# line search), each a trace of the system's rows otherwise.
+@eqx.filter_jit
+def _violation(system, t, q, qd):
+    return system.violation(t, q, qd)
+
+
 @jit
 def project(system, t, q, qd, tol, max_steps) -> Projection:
     """`system`'s state `(q, q̇)` at `t` moved onto its constraints (what
     [`ukjax.ConstrainedSystem.project`][] documents), to `tol` in at most `max_steps` steps."""
     def residual(q):
-        return system.violation(t, q, jnp.zeros_like(q))[0]
+        return _violation(system, t, q, jnp.zeros_like(q))[0]
 
     def merit(r):
         return jnp.sum(r * r)
@@ -77,9 +84,9 @@ def project(system, t, q, qd, tol, max_steps) -> Projection:
     r0 = residual(q)
     steps, q, _, _ = jax.lax.while_loop(going, step, (jnp.zeros((), jnp.int32), q, r0, jnp.array(True)))
     # Φ̇ and ψ are affine in q̇, so one least-squares step is exact.
-    rate, jacobian = value_and_jacfwd(lambda qd: system.violation(t, q, qd)[1], qd)
+    rate, jacobian = value_and_jacfwd(lambda qd: _violation(system, t, q, qd)[1], qd)
     qd = qd - jnp.linalg.pinv(jacobian) @ rate
-    phi, phid = system.violation(t, q, qd)
+    phi, phid = _violation(system, t, q, qd)
     largest = jnp.maximum(jnp.max(jnp.abs(phi)), jnp.max(jnp.abs(phid)))
     return Projection(q, qd, phi, phid, steps, largest <= tol)
 

@@ -99,13 +99,14 @@ def simulate(
             "accurate than in float64. Enable it with jax.config.update('jax_enable_x64', True).",
             stacklevel=2,
         )
-    t0, t1 = jnp.asarray(t0, q0.dtype), jnp.asarray(t1, q0.dtype)
-    ts = jnp.stack([t0, t1]) if ts is None else _save_times(jnp.asarray(ts, q0.dtype), t0, t1)
     if not adaptive and dt0 is None:
         raise ValueError("Fixed-step integration (adaptive=False) needs a step size dt0.")
-    if dt0 is not None and adaptive and not any(isinstance(x, jax.core.Tracer) for x in (dt0, t0, t1)):
-        if not float(dt0) * float(t1 - t0) > 0 and t0 != t1:
-            raise ValueError(f"dt0 must point from t0 = {float(t0)} towards t1 = {float(t1)}, got {float(dt0)}.")
+    # known values are checked before they become arrays (inside a caller's `jit` they would
+    # become traced ones); the program holds no check of its own
+    if not any(isinstance(x, jax.core.Tracer) for x in (t0, t1, ts, dt0)):
+        _check_times(t0, t1, ts, dt0 if adaptive else None, q0.dtype)
+    t0, t1 = jnp.asarray(t0, q0.dtype), jnp.asarray(t1, q0.dtype)
+    ts = jnp.stack([t0, t1]) if ts is None else _save_times(jnp.asarray(ts, q0.dtype), t0, t1)
     if adaptive and isinstance(solver, RK4):
         raise ValueError("ukjax.RK4 has no error estimate: use it with adaptive=False and dt0.")
     # read from the system's structure: no trace of its rows for every call
@@ -166,23 +167,37 @@ def simulate(
     return solution
 
 
+def _check_times(t0, t1, ts, dt0, dtype) -> None:
+    """Refuse save times outside `[t0, t1]` (past an end by more than rounding) or out of the
+    run's order, and an adaptive first step `dt0` that does not point from `t0` towards `t1`."""
+    start, end = float(np.asarray(t0)), float(np.asarray(t1))
+    if dt0 is not None and not float(np.asarray(dt0)) * (end - start) > 0 and start != end:
+        raise ValueError(f"dt0 must point from t0 = {start} towards t1 = {end}, got {float(np.asarray(dt0))}.")
+    if ts is None:
+        return
+    ts = np.asarray(ts, dtype)
+    if ts.ndim != 1:
+        raise ValueError(f"ts must be a vector of save times, got shape {ts.shape}.")
+    slack = _SLACK * np.finfo(dtype).eps * max(abs(start), abs(end))
+    if np.any((ts < min(start, end) - slack) | (ts > max(start, end) + slack)):
+        raise ValueError(
+            f"ts must lie between t0 = {start} and t1 = {end}; it spans {float(np.min(ts))} to {float(np.max(ts))}."
+        )
+    if np.any(np.diff(ts) * np.sign(end - start) < 0):
+        raise ValueError("ts must run from t0 towards t1 (sorted in the direction of the run).")
+
+
+# how far past an end a save time may lie by rounding alone, in ulps of the larger end
+_SLACK = 8
+
+
 def _save_times(ts: Array, t0: Array, t1: Array) -> Array:
-    """`ts` checked against `[t0, t1]` (either direction) and snapped onto it where it lies
-    past an end by rounding alone: a grid built as `linspace(0, 1) * t1` can end an ulp past
-    `t1`, a save the run would never reach."""
+    """`ts` snapped onto `[t0, t1]` where it lies past an end by rounding alone: a grid built
+    as `linspace(0, 1) * t1` can end an ulp past `t1`, a save the run would never reach."""
     if ts.ndim != 1:
         raise ValueError(f"ts must be a vector of save times, got shape {ts.shape}.")
     lo, hi = jnp.minimum(t0, t1), jnp.maximum(t0, t1)
-    slack = 8 * jnp.finfo(ts.dtype).eps * jnp.maximum(jnp.abs(t0), jnp.abs(t1))
-    if not any(isinstance(x, jax.core.Tracer) for x in (ts, t0, t1)):
-        if bool(jnp.any((ts < lo - slack) | (ts > hi + slack))):
-            raise ValueError(
-                f"ts must lie between t0 = {float(t0)} and t1 = {float(t1)}; it spans "
-                f"{float(jnp.min(ts))} to {float(jnp.max(ts))}."
-            )
-        steps = jnp.diff(ts) * jnp.sign(t1 - t0)
-        if bool(jnp.any(steps < 0)):
-            raise ValueError("ts must run from t0 towards t1 (sorted in the direction of the run).")
+    slack = _SLACK * jnp.finfo(ts.dtype).eps * jnp.maximum(jnp.abs(t0), jnp.abs(t1))
     snapped = jnp.clip(ts, lo, hi)
     return jnp.where(jnp.abs(ts - snapped) <= slack, snapped, ts)
 

@@ -130,7 +130,9 @@ def check_coefficients(unilateral: "AbstractUnilateral") -> None:
     friction, restitution = getattr(unilateral, "friction", 0.0), getattr(unilateral, "restitution", 0.0)
     if any(isinstance(x, jax.core.Tracer) for x in (friction, restitution)):
         return
-    if not bool(valid_coefficients(friction, restitution)):
+    with jax.ensure_compile_time_eval():  # known values, checked now even inside a caller's `jit`
+        valid = bool(valid_coefficients(friction, restitution))
+    if not valid:
         raise ValueError(
             f"{type(unilateral).__name__} needs friction coefficients that are finite and ≥ 0 and "
             f"restitution coefficients in [0, 1]; got friction {np.asarray(friction).tolist()}, "
