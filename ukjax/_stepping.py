@@ -271,6 +271,7 @@ class Integration(eqx.Module):
 
     @property
     def stats(self) -> dict:
+        """The numbers of steps, as diffrax counts them."""
         return {
             "num_steps": self.accepted + self.rejected,
             "num_accepted_steps": self.accepted,
@@ -403,16 +404,28 @@ def integrate(
     floor = np.ones((), s0.dtype)
     for _ in range(100):
         floor = np.nextafter(floor, np.zeros((), s0.dtype))
-    function, value = (lambda s, y: jnp.inf, jnp.inf) if event is None else event
+    function, value = (lambda s, y: jnp.full((), jnp.inf, s.dtype), jnp.inf) if event is None else event
     snext, controller_state = controller.init(terms, s0, one, y0, dt0, args, solver.func, error_order)
     snext = jnp.minimum(snext, one)
     solver_state = solver.init(terms, s0, snext, y0, args)
     dense = eqx.filter_eval_shape(solver.step, terms, s0, snext, y0, args, solver_state, False)[2]
     zero = jnp.zeros((), jnp.int32)
+    value = jnp.asarray(value, s0.dtype)
     start = Integration(
-        s0, snext, y0, solver_state, controller_state, jnp.asarray(value, s0.dtype), jnp.array(False),
-        (s0, snext, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), dense), jnp.asarray(value, s0.dtype), jnp.asarray(value, s0.dtype)),
-        records, index, diffrax.RESULTS.successful, zero, zero, meter,
+        s=s0,
+        snext=snext,
+        y=y0,
+        solver_state=solver_state,
+        controller_state=controller_state,
+        value=value,
+        crossed=jnp.array(False),
+        bracket=(s0, snext, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), dense), value, value),
+        records=records,
+        index=index,
+        result=diffrax.RESULTS.successful,
+        accepted=zero,
+        rejected=zero,
+        meter=meter,
     )
 
     def cond(x):
