@@ -424,10 +424,6 @@ def _units(tree) -> dict[str, list[int]]:
 
 def run_simulate(args: argparse.Namespace) -> None:
     import jax.numpy as jnp
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     import ukjax
     from ukjax import models
@@ -487,6 +483,11 @@ def run_simulate(args: argparse.Namespace) -> None:
     print(f"  status {status}, {int(sol.stats['num_steps'])} steps" + "".join(f"; {p}" for p in parts))
     coordinates = _units(tree)
     panels = len(coordinates) + (sol.phi is not None)
+    import matplotlib  # after the run: its first step does not wait for it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(panels, 1, figsize=(10, 3.2 * panels), constrained_layout=True, squeeze=False)
     axes = axes[:, 0]
     for ax, (unit, index) in zip(axes, coordinates.items()):

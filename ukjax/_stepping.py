@@ -299,23 +299,26 @@ def _save(interpolation, saves, upto, record, records, index, kind):
     return eqxi.while_loop(cond, body, (records, index), max_steps=k, buffers=lambda carry: carry[0], kind=kind)
 
 
-class _IllinoisState(eqx.Module):
+class _ITPState(eqx.Module):
     lower: Array
     upper: Array
     lower_value: Array
     upper_value: Array
-    kept: Array  # -1: the last step kept the lower end, 1: the upper, 0: neither yet
+    steps: Array  # taken so far
+    most: Array  # bisection's count to the tolerance, and one
     error: Array
 
 
-class Illinois(optx.AbstractRootFinder):
-    """The Illinois method (regula falsi whose kept end's value is halved each time it is
-    kept twice): superlinear on a bracketed root of a smooth function, where bisection halves
-    the bracket per evaluation (a falling ball's height: 11 evaluations to 1e-14 against
-    bisection's 47, each of an event a contact solve). It needs the bracket and the values at its ends, `options=dict(lower, upper,
-    lower_value, upper_value)`, the value falling through zero from `lower` to `upper`. It
-    stops as `optx.Bisection` does: the bracket within `atol + rtol |y|` and the value within
-    `atol` (a value that jumps across zero is never located)."""
+class ITP(optx.AbstractRootFinder):
+    """The ITP method (interpolate, truncate, project; Oliveira & Takahashi 2020) on a
+    bracketed root: the secant's zero, nudged towards the middle and kept within what
+    bisection would still need, so that it is superlinear on a smooth value (a falling
+    ball's height: 8 evaluations to 1e-14 against bisection's 47) and takes at most bisection's
+    count and one after its first point on any other (a triple root, a kink, a jump). It needs the
+    bracket and the values at its ends, `options=dict(lower, upper, lower_value,
+    upper_value)`, the value falling through zero from `lower` to `upper`, and stops as
+    `optx.Bisection` does: the bracket within `atol + rtol |y|` and the value within `atol`
+    (a value that jumps across zero is never located)."""
 
     rtol: float
     atol: float
@@ -325,24 +328,33 @@ class Illinois(optx.AbstractRootFinder):
         dtype = f_struct.dtype
         ends = (options[name] for name in ("lower", "upper", "lower_value", "upper_value"))
         lower, upper, lower_value, upper_value = (jnp.asarray(x, dtype) for x in ends)
-        return _IllinoisState(lower, upper, lower_value, upper_value, jnp.zeros((), jnp.int32), jnp.full((), jnp.inf, dtype))
+        tolerance = self.atol + self.rtol * jnp.maximum(jnp.abs(lower), jnp.abs(upper))
+        most = jnp.ceil(jnp.log2(jnp.maximum((upper - lower) / tolerance, 1))) + 1
+        zero = jnp.zeros((), dtype)
+        return _ITPState(lower, upper, lower_value, upper_value, zero, most, jnp.full((), jnp.inf, dtype))
 
     def step(self, fn, y, args, options, state, tags):
         value, aux = fn(y, args)
-        below = value <= 0  # the root lies between `y` and the lower end
-        lower, upper = jnp.where(below, state.lower, y), jnp.where(below, y, state.upper)
-        kept = jnp.where(below, -1, 1).astype(jnp.int32)
-        halve = lambda kept_value, end: jnp.where(state.kept == end, 0.5, 1.0) * kept_value  # noqa: E731
-        lower_value = jnp.where(below, halve(state.lower_value, kept), value)
-        upper_value = jnp.where(below, value, halve(state.upper_value, kept))
-        # the secant's zero, kept off the ends by half the tolerance so that the bracket
-        # closes from both sides; the middle where the values give none
+        below = value <= 0  # the root lies between the lower end and `y` (at `y` where zero)
+        lower, upper = jnp.where(below & (value != 0), state.lower, y), jnp.where(below, y, state.upper)
+        lower_value = jnp.where(below, state.lower_value, value)
+        upper_value = jnp.where(below, value, state.upper_value)
+        steps = state.steps + 1
         width = upper - lower
-        margin = 0.5 * (self.atol + self.rtol * jnp.abs(y))
+        middle = lower + 0.5 * width
+        tolerance = self.atol + self.rtol * jnp.abs(y)
+        # interpolate: the secant's zero; the middle where the values give none
         secant = lower + width * lower_value / (lower_value - upper_value)
-        inside = jnp.isfinite(secant) & (width > 4 * margin)
-        new = jnp.where(inside, jnp.clip(secant, lower + margin, upper - margin), lower + 0.5 * width)
-        return new, _IllinoisState(lower, upper, lower_value, upper_value, kept, value), aux
+        secant = jnp.where(jnp.isfinite(secant), jnp.clip(secant, lower, upper), middle)
+        # truncate: nudged towards the middle by 0.2 width² / initial width
+        toward = jnp.sign(middle - secant)
+        nudge = 0.2 * width**2 / jnp.maximum(options["upper"] - options["lower"], tolerance)
+        truncated = jnp.where(nudge <= jnp.abs(middle - secant), secant + toward * nudge, middle)
+        # project: within the distance of the middle that bisection's count still allows
+        reach = jnp.maximum(0.5 * tolerance * 2.0 ** (state.most - steps) - 0.5 * width, 0)
+        new = jnp.where(jnp.abs(truncated - middle) <= reach, truncated, middle - toward * reach)
+        state = _ITPState(lower, upper, lower_value, upper_value, steps, state.most, value)
+        return new, state, aux
 
     def terminate(self, fn, y, args, options, state, tags):
         small = jnp.abs(state.upper - state.lower) < self.atol + self.rtol * jnp.abs(y)
@@ -386,7 +398,7 @@ def integrate(
     - `progress_meter`: diffrax's, with its state `meter`.
     - `event`: None, or `(function, value)`: the run stops where `function(s, y)` falls
       from above zero to zero or below between two steps' ends, located on the step's dense
-      output (`Illinois`, to 1e-14); `value` its value at `s0`.
+      output (`ITP`, to 1e-14); `value` its value at `s0`.
 
     **Returns:**
 
@@ -484,7 +496,7 @@ def integrate(
         crossed = lambda a, b: jnp.where(x.crossed, a, b)  # noqa: E731
         root = optx.root_find(
             lambda s, _: crossed(function(s, interpolation.evaluate(s)), 0.0),
-            Illinois(rtol=1e-14, atol=1e-14),
+            ITP(rtol=1e-14, atol=1e-14),
             y0=crossed(lower + 0.5 * (upper - lower), upper),
             options=dict(lower=crossed(lower, upper), upper=upper, lower_value=lower_value, upper_value=upper_value),
             throw=False,
