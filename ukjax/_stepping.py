@@ -251,8 +251,8 @@ def loop_kind(adjoint: diffrax.AbstractAdjoint) -> str:
 
 class Integration(eqx.Module):
     """Where `integrate` stands: the step to take next (`s` to `snext`), the saves so far,
-    and, once a step's end crossed the event, that step (`bracket`: its start, its end, its
-    dense output, and the event's values at its start and its end)."""
+    and, once a step's end crossed the event, that step (`bracket`: its start, its end and
+    its dense output)."""
 
     s: Array
     snext: Array
@@ -299,71 +299,6 @@ def _save(interpolation, saves, upto, record, records, index, kind):
     return eqxi.while_loop(cond, body, (records, index), max_steps=k, buffers=lambda carry: carry[0], kind=kind)
 
 
-class _ITPState(eqx.Module):
-    lower: Array
-    upper: Array
-    lower_value: Array
-    upper_value: Array
-    steps: Array  # taken so far
-    most: Array  # bisection's count to the tolerance, and one
-    error: Array
-
-
-class ITP(optx.AbstractRootFinder):
-    """The ITP method (interpolate, truncate, project; Oliveira & Takahashi 2020) on a
-    bracketed root: the secant's zero, nudged towards the middle and kept within what
-    bisection would still need, so that it is superlinear on a smooth value (a falling
-    ball's height: 8 evaluations to 1e-14 against bisection's 47) and takes at most bisection's
-    count and one after its first point on any other (a triple root, a kink, a jump). It needs the
-    bracket and the values at its ends, `options=dict(lower, upper, lower_value,
-    upper_value)`, the value falling through zero from `lower` to `upper`, and stops as
-    `optx.Bisection` does: the bracket within `atol + rtol |y|` and the value within `atol`
-    (a value that jumps across zero is never located)."""
-
-    rtol: float
-    atol: float
-    norm: ClassVar[Callable] = jnp.abs
-
-    def init(self, fn, y, args, options, f_struct, aux_struct, tags):
-        dtype = f_struct.dtype
-        ends = (options[name] for name in ("lower", "upper", "lower_value", "upper_value"))
-        lower, upper, lower_value, upper_value = (jnp.asarray(x, dtype) for x in ends)
-        tolerance = self.atol + self.rtol * jnp.maximum(jnp.abs(lower), jnp.abs(upper))
-        most = jnp.ceil(jnp.log2(jnp.maximum((upper - lower) / tolerance, 1))) + 1
-        zero = jnp.zeros((), dtype)
-        return _ITPState(lower, upper, lower_value, upper_value, zero, most, jnp.full((), jnp.inf, dtype))
-
-    def step(self, fn, y, args, options, state, tags):
-        value, aux = fn(y, args)
-        below = value <= 0  # the root lies between the lower end and `y` (at `y` where zero)
-        lower, upper = jnp.where(below & (value != 0), state.lower, y), jnp.where(below, y, state.upper)
-        lower_value = jnp.where(below, state.lower_value, value)
-        upper_value = jnp.where(below, value, state.upper_value)
-        steps = state.steps + 1
-        width = upper - lower
-        middle = lower + 0.5 * width
-        tolerance = self.atol + self.rtol * jnp.abs(y)
-        # interpolate: the secant's zero; the middle where the values give none
-        secant = lower + width * lower_value / (lower_value - upper_value)
-        secant = jnp.where(jnp.isfinite(secant), jnp.clip(secant, lower, upper), middle)
-        # truncate: nudged towards the middle by 0.2 width² / initial width
-        toward = jnp.sign(middle - secant)
-        nudge = 0.2 * width**2 / jnp.maximum(options["upper"] - options["lower"], tolerance)
-        truncated = jnp.where(nudge <= jnp.abs(middle - secant), secant + toward * nudge, middle)
-        # project: within the distance of the middle that bisection's count still allows
-        reach = jnp.maximum(0.5 * tolerance * 2.0 ** (state.most - steps) - 0.5 * width, 0)
-        new = jnp.where(jnp.abs(truncated - middle) <= reach, truncated, middle - toward * reach)
-        state = _ITPState(lower, upper, lower_value, upper_value, steps, state.most, value)
-        return new, state, aux
-
-    def terminate(self, fn, y, args, options, state, tags):
-        small = jnp.abs(state.upper - state.lower) < self.atol + self.rtol * jnp.abs(y)
-        return small & (jnp.abs(state.error) < self.atol), optx.RESULTS.successful
-
-    def postprocess(self, fn, y, aux, args, options, state, tags, result):
-        return y, aux, {}
-
-
 def integrate(
     solver,
     controller,
@@ -398,7 +333,7 @@ def integrate(
     - `progress_meter`: diffrax's, with its state `meter`.
     - `event`: None, or `(function, value)`: the run stops where `function(s, y)` falls
       from above zero to zero or below between two steps' ends, located on the step's dense
-      output (`ITP`, to 1e-14); `value` its value at `s0`.
+      output (bisection to 1e-14); `value` its value at `s0`.
 
     **Returns:**
 
@@ -431,7 +366,7 @@ def integrate(
         controller_state=controller_state,
         value=value,
         crossed=jnp.array(False),
-        bracket=(s0, snext, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), dense), value, value),
+        bracket=(s0, snext, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), dense)),
         records=records,
         index=index,
         result=diffrax.RESULTS.successful,
@@ -470,7 +405,7 @@ def integrate(
             controller_state=jax.tree.map(lambda a, b: jnp.where(crossed, b, a), controller_state, x.controller_state),
             value=jnp.where(advance, value, x.value),
             crossed=crossed,
-            bracket=(x.s, x.snext, dense, x.value, value),
+            bracket=(x.s, x.snext, dense),
             records=records,
             index=index,
             result=result,
@@ -487,18 +422,16 @@ def integrate(
     if event is None:
         return x
 
-    lower, upper, dense, lower_value, upper_value = x.bracket
+    lower, upper, dense = x.bracket
     interpolation = solver.interpolation_cls(t0=lower, t1=upper, **dense)
 
     def locate():
-        # the value falls through zero; a member that met no event has a bracket of no
-        # width at its end, found in one evaluation
-        crossed = lambda a, b: jnp.where(x.crossed, a, b)  # noqa: E731
+        # values fall through zero; a member that met no event has its root at its end
         root = optx.root_find(
-            lambda s, _: crossed(function(s, interpolation.evaluate(s)), 0.0),
-            ITP(rtol=1e-14, atol=1e-14),
-            y0=crossed(lower + 0.5 * (upper - lower), upper),
-            options=dict(lower=crossed(lower, upper), upper=upper, lower_value=lower_value, upper_value=upper_value),
+            lambda s, _: jnp.where(x.crossed, function(s, interpolation.evaluate(s)), upper - s),
+            optx.Bisection(rtol=1e-14, atol=1e-14, flip=True),
+            y0=upper,
+            options=dict(lower=lower, upper=upper),
             throw=False,
         )
         unlocated = x.crossed & (root.result != optx.RESULTS.successful)
