@@ -273,3 +273,15 @@ def test_forward_mode_through_the_default_adjoint_names_the_fix():
         jax.jacfwd(final)(2.0)
     derivative = jax.jacfwd(lambda k: final(k, diffrax.ForwardMode()))(2.0)
     assert abs(float(derivative) - (-jnp.sin(jnp.sqrt(2.0)) / (2 * jnp.sqrt(2.0)))) < 1e-7
+
+
+def test_a_progress_meter_reports_and_changes_nothing(capfd):
+    """diffrax's progress meters run in ukjax's stepping loop: a text meter prints its lines
+    up to 100 % and the run is the one without it."""
+    ts = jnp.linspace(0.0, 1.0, 5)
+    q0, qd0 = jnp.array([0.6, -0.8]), jnp.zeros(2)
+    quiet = ukjax.simulate(pendulum(), q0, qd0, 0.0, 1.0, ts=ts)
+    shown = ukjax.simulate(pendulum(), q0, qd0, 0.0, 1.0, ts=ts, progress_meter=diffrax.TextProgressMeter())
+    out, err = capfd.readouterr()
+    assert "100.00%" in out + err
+    np.testing.assert_array_equal(shown.q, quiet.q)
