@@ -80,7 +80,8 @@ def simulate(
       constraints' second derivative exactly, so the drift is the integrator's error alone:
       small on slow mechanisms, growing with a fast one's speed and the run's length.
     - `throw`: raise a `RuntimeError` on failure; pass `False` under `vmap` and read `status`.
-    - `progress_meter`: e.g. `diffrax.TqdmProgressMeter()`.
+    - `progress_meter`: e.g. `diffrax.TqdmProgressMeter()` (a host callback in the program,
+      which JAX's persistent compilation cache then does not keep).
 
     **Returns:**
 
