@@ -43,18 +43,17 @@ def _kept(cache: Path | None, name: str, key: tuple, fun, *args):
         return fun
     versions = [f"{m.__name__} {m.__version__}" for m in (jax, diffrax, eqx)]
     digest = hashlib.sha256(repr((key, versions, _source(), [(x.shape, x.dtype) for x in args])).encode())
-    path = None if cache is None else cache / "ukjax-programs" / f"{name}-{digest.hexdigest()[:32]}.jaxexport"
+    path = cache / "ukjax-programs" / f"{name}-{digest.hexdigest()[:32]}.jaxexport"
     # the kernel's calls in a program are to targets only a process that registered them knows
     checks = [jax.export.DisabledSafetyCheck.custom_call(target) for target in kernels.targets()]
-    if path is not None and path.exists():
+    if path.exists():
         exported = jax.export.deserialize(bytearray(path.read_bytes()))
     else:
         exported = jax.export.export(jax.jit(fun), disabled_checks=checks)(*args)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            part = path.with_suffix(f".{os.getpid()}")  # whole or not at all, to a run beside this one
-            part.write_bytes(exported.serialize())
-            part.replace(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_suffix(f".{os.getpid()}")  # whole or not at all, to a run beside this one
+        part.write_bytes(exported.serialize())
+        part.replace(path)
     return jax.jit(exported.call).lower(*args).compile()
 
 
