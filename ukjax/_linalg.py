@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool, Float, Int
 
 # Largest matrix side that is unrolled. Measured on the parallel robot (n = 12, p = 10): unrolled,
 # 5.0 µs per vmapped solve and 8.2 s to compile; LAPACK, 18 µs and 2.5 s. The compile time
@@ -115,10 +115,13 @@ def _backward(L: Matrix, b: Scalars) -> Scalars:
     return x
 
 
-def _loop_cholesky(M: Float[Array, "n n"], floor=None) -> tuple[Float[Array, "n n"], Float[Array, " n"]]:
+def _loop_cholesky(
+    M: Float[Array, "n n"], floor=None, count=None
+) -> tuple[Float[Array, "n n"], Float[Array, " n"]]:
     """`_cholesky` as a loop over columns, each one matrix-vector product (left-looking):
     the factor and its squared pivots, NaN where `M` is not positive definite unless `floor`
-    is given (as `_cholesky`)."""
+    is given (as `_cholesky`). With `count`, only the first `count` columns are factored (a
+    loop of that many steps); the others stay zero."""
     n = M.shape[0]
     rows = jnp.arange(n)
 
@@ -131,20 +134,24 @@ def _loop_cholesky(M: Float[Array, "n n"], floor=None) -> tuple[Float[Array, "n 
         L = L.at[:, j].set(jnp.where(rows > j, c / d, jnp.where(rows == j, d, 0.0)))
         return L, pivots.at[j].set(pivot)
 
-    return jax.lax.fori_loop(0, n, column, (jnp.zeros_like(M), jnp.zeros(n, M.dtype)))
+    return jax.lax.fori_loop(0, n if count is None else count, column, (jnp.zeros_like(M), jnp.zeros(n, M.dtype)))
 
 
-def _loop_solve(L: Float[Array, "n n"], B: Float[Array, "n *k"], transpose: bool) -> Float[Array, "n *k"]:
-    """`L⁻¹ B` (or `L⁻ᵀ B`) for lower triangular `L`, one row of the solution per step."""
+def _loop_solve(
+    L: Float[Array, "n n"], B: Float[Array, "n *k"], transpose: bool, count=None
+) -> Float[Array, "n *k"]:
+    """`L⁻¹ B` (or `L⁻ᵀ B`) for lower triangular `L`, one row of the solution per step; with
+    `count`, only the first `count` rows (`L` the identity and `B` zero below them)."""
     n = L.shape[0]
+    count = n if count is None else count
     T = L.T if transpose else L
 
     def row(k, X):
-        i = n - 1 - k if transpose else k
+        i = count - 1 - k if transpose else k
         # unsolved rows of X are still zero
         return X.at[i].set((B[i] - T[i] @ X) / T[i, i])
 
-    return jax.lax.fori_loop(0, n, row, jnp.zeros_like(B))
+    return jax.lax.fori_loop(0, count, row, jnp.zeros_like(B))
 
 
 def cholesky(M: Float[Array, "n n"], unroll: bool | None = None) -> Float[Array, "n n"]:
@@ -295,37 +302,122 @@ def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array
     return w, v, jnp.where(sigma2 > cut * jnp.max(sigma2), 1 / jnp.where(sigma2 > 0, sigma2, 1), 0)
 
 
+def _pivoted_cholesky(
+    H: Float[Array, "p p"], floor: float, count
+) -> tuple[Float[Array, "p p"], Float[Array, " p"], Int[Array, " p"], Int[Array, ""]]:
+    """A Cholesky factorization of the Gram matrix `H` of unit rows with diagonal pivoting
+    (LAPACK's `pstrf`; for the rows, a QR factorization with column pivoting): at each step
+    the row farthest from the span of those taken, until none is farther than `floor`
+    (squared), in at most `count` steps.
+
+    **Returns:**
+
+    `(L, pivots, perm, rank)`: `L[perm]` is lower trapezoidal, its first `rank` rows the
+    factor of the rows taken, in the order taken, the others every other row's coordinates in
+    their orthonormal basis; `pivots` the squared pivots in that order.
+    """
+    p = H.shape[0]
+
+    def step(j, state):
+        L, left, taken, when = state
+        i = jnp.argmax(jnp.where(taken, -jnp.inf, left))
+        pivot = left[i]
+        take = pivot > floor
+        d = jnp.sqrt(jnp.where(take, pivot, 1.0))
+        column = jnp.where(taken | ~take, 0.0, (H[:, i] - L @ L[i]) / d).at[i].set(jnp.where(take, d, 0.0))
+        return (
+            L.at[:, j].set(column),
+            left - column**2,
+            taken.at[i].set(taken[i] | take),
+            when.at[i].set(jnp.where(take, j, when[i])),
+        )
+
+    start = (jnp.zeros_like(H), jnp.diagonal(H), jnp.zeros(p, bool), p + jnp.arange(p))
+    L, _, taken, when = jax.lax.fori_loop(0, count, step, start)
+    perm = jnp.argsort(when)
+    return L, jnp.diagonal(L[perm]) ** 2, perm, jnp.sum(taken)
+
+
+def _basis_pinv(B: Float[Array, "p n"]) -> tuple[Float[Array, "n p"], Bool[Array, ""]]:
+    """`B⁺` through a basis of `B`'s rows, for rows of any rank without an SVD.
+
+    The basis: the rows, normalised, taken by `_pivoted_cholesky` of their Gram matrix until
+    every row left lies within `rank_tolerance` (squared) of their span. With `Q` its
+    orthonormal rows and `Y` every row's coordinates in them (`B̂ = Y Q`, `B = D B̂` with `D`
+    the rows' lengths), `B⁺ = Qᵀ (Yᵀ D² Y)⁻¹ Yᵀ D`: the minimum-norm solutions and multipliers of an SVD wherever
+    the rows left out lie in the span, at the cost of two Cholesky factorizations (one where
+    the rows are independent). A rank deficiency that the structure fixes (two sticking
+    points on one body, a box on four corners) costs no more than full rank; zero rows cost
+    no step.
+
+    **Returns:**
+
+    `(B⁺, exact)`: `exact` where the basis is well conditioned (every squared pivot above
+    `_WELL_CONDITIONED`) and every row left out is within `negligible` of its span, measured
+    on the rows themselves (the Gram matrix cannot tell a sine of 1e-9 from 0).
+    """
+    p, n = B.shape
+    dtype = B.dtype
+    norms = jnp.sqrt(jnp.sum(B * B, axis=1))
+    nonzero = norms > negligible(p, n, dtype) * jnp.max(norms)
+    norms = jnp.where(nonzero, norms, 1)
+    U = jnp.where(nonzero[:, None], B, 0) / norms[:, None]
+    L, pivots, perm, rank = _pivoted_cholesky(U @ U.T, rank_tolerance(p, dtype), jnp.sum(nonzero))
+    Y, U = L[perm], U[perm]
+    basis = jnp.arange(p) < rank
+    G = jnp.where(basis[:, None], Y, jnp.eye(p, dtype=dtype))
+    Q = _loop_solve(G, U, False, rank)
+    left_out = jnp.sum((Y @ Q - U) ** 2, axis=1)
+    exact = jnp.all(jnp.where(basis, pivots > _WELL_CONDITIONED, left_out <= negligible(p, n, dtype) ** 2))
+    dependent = rank < jnp.sum(nonzero)
+    # B = (D Y) Q, so B⁺ = Qᵀ (Yᵀ D² Y)⁻¹ (D Y)ᵀ: the rows' lengths weigh the multipliers of
+    # dependent rows (for independent ones they only scale them, B⁺ = Qᵀ G⁻¹ D⁻¹). Solved
+    # only where a row was left out.
+    d = norms[perm][:, None]
+    steps = jnp.where(dependent, rank, 0)
+    R, _ = _loop_cholesky((d * Y).T @ (d * Y) + jnp.diag(jnp.where(basis, 0.0, 1.0)), count=steps)
+    reduced = d * Y @ _loop_solve(R, _loop_solve(R, Q, False, steps), True, steps)
+    Pt = jnp.where(dependent, reduced, _loop_solve(G, Q, True, rank) / d)
+    return jnp.zeros_like(Pt).at[perm].set(Pt).T, exact
+
+
 def _operator(B: Float[Array, "p n"], robust: bool, unroll: bool | None = None):
     """`X ↦ B⁺ X` and `Y ↦ B⁺ᵀ Y`, for `X` (p, k) and `Y` (n, k)."""
     p, n = B.shape
     unroll = unrolled(max(p, n)) if unroll is None else unroll
-    # The robust route factors only well separated rows (the SVD takes the rest); the fast one
-    # is only ever given independent rows (`uk_solve` checks them with the same factor).
-    factor = gram_factor(
-        B, _WELL_CONDITIONED if robust else rank_tolerance(p, B.dtype), drop_zero_rows=robust, unroll=unroll
-    )
-    well, d, U = factor.independent, factor.norms, factor.unit
-    # B̂ = D⁻¹ B, B⁺ = B̂ᵀ (B̂ B̂ᵀ)⁻¹ D⁻¹ for independent rows
-    if unroll:
-        G, rows = _entries(factor.G), _entries(U)
-
-        def column(X):
-            y = _backward(G, _forward(G, [X[i] / d[i] for i in range(p)]))
-            return jnp.stack([_dot([rows[i][k] for i in range(p)], y) for k in range(n)])
-
-        def column_T(Y):
-            u = [_dot(rows[i], [Y[k] for k in range(n)]) for i in range(p)]
-            y = _backward(G, _forward(G, u))
-            return jnp.stack([y[i] / d[i] for i in range(p)])
-
-        fast, fast_T = jax.vmap(column, 1, 1), jax.vmap(column_T, 1, 1)
+    if robust and not unroll:
+        # Above the unrolled sizes, rows of any rank through a basis (`_basis_pinv`); the SVD
+        # only where that basis is ill-conditioned.
+        P, well = _basis_pinv(B)
+        fast, fast_T = (lambda X: P @ X), (lambda Y: P.T @ Y)
     else:
+        # The robust route factors only well separated rows (the SVD takes the rest); the fast
+        # one is only ever given independent rows (`uk_solve` checks them with the same factor).
+        factor = gram_factor(
+            B, _WELL_CONDITIONED if robust else rank_tolerance(p, B.dtype), drop_zero_rows=robust, unroll=unroll
+        )
+        well, d, U = factor.independent, factor.norms, factor.unit
+        # B̂ = D⁻¹ B, B⁺ = B̂ᵀ (B̂ B̂ᵀ)⁻¹ D⁻¹ for independent rows
+        if unroll:
+            G, rows = _entries(factor.G), _entries(U)
 
-        def fast(X):
-            return U.T @ cho_solve(factor.G, X / d[:, None])
+            def column(X):
+                y = _backward(G, _forward(G, [X[i] / d[i] for i in range(p)]))
+                return jnp.stack([_dot([rows[i][k] for i in range(p)], y) for k in range(n)])
 
-        def fast_T(Y):
-            return cho_solve(factor.G, U @ Y) / d[:, None]
+            def column_T(Y):
+                u = [_dot(rows[i], [Y[k] for k in range(n)]) for i in range(p)]
+                y = _backward(G, _forward(G, u))
+                return jnp.stack([y[i] / d[i] for i in range(p)])
+
+            fast, fast_T = jax.vmap(column, 1, 1), jax.vmap(column_T, 1, 1)
+        else:
+
+            def fast(X):
+                return U.T @ cho_solve(factor.G, X / d[:, None])
+
+            def fast_T(Y):
+                return cho_solve(factor.G, U @ Y) / d[:, None]
 
     if not robust:
         return fast, fast_T
