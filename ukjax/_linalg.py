@@ -302,53 +302,52 @@ def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array
     return w, v, jnp.where(sigma2 > cut * jnp.max(sigma2), 1 / jnp.where(sigma2 > 0, sigma2, 1), 0)
 
 
-def _pivoted_cholesky(
-    H: Float[Array, "p p"], floor: float, count
-) -> tuple[Float[Array, "p p"], Float[Array, " p"], Int[Array, " p"], Int[Array, ""]]:
-    """A Cholesky factorization of the Gram matrix `H` of unit rows with diagonal pivoting
-    (LAPACK's `pstrf`; for the rows, a QR factorization with column pivoting): at each step
-    the row farthest from the span of those taken, until none is farther than `floor`
-    (squared), in at most `count` steps.
+def _pivoted_qr(
+    U: Float[Array, "p n"], floor: float, count
+) -> tuple[Float[Array, "p r"], Float[Array, "r n"], Int[Array, " p"], Int[Array, ""]]:
+    """A QR factorization of the unit rows `U` (of `Uᵀ`, with column pivoting): at each step
+    the row farthest from the span of those taken joins an orthonormal basis of them
+    (Gram–Schmidt, twice, which is enough: Giraud et al. 2005), until none is farther than
+    `floor` (squared), in at most `count` steps. At most `r = min(p, n)` rows can be taken;
+    a step costs `O(p n)`.
 
     **Returns:**
 
-    `(L, pivots, perm, rank)`: `L[perm]` is lower trapezoidal, its first `rank` rows the
-    factor of the rows taken, in the order taken, the others every other row's coordinates in
-    their orthonormal basis; `pivots` the squared pivots in that order.
+    `(L, Q, perm, rank)`: `U = L Q` (to within `floor` for the rows not taken), `Q`'s first
+    `rank` rows orthonormal and the others zero, and `L[perm]` lower trapezoidal: its first
+    `rank` rows those taken, in the order taken, the others every other row's coordinates.
     """
-    p = H.shape[0]
+    p, n = U.shape
+    r = min(p, n)
 
     def step(j, state):
-        L, left, taken, when = state
+        Lt, Q, left, when = state
+        taken = when < p
         i = jnp.argmax(jnp.where(taken, -jnp.inf, left))
-        pivot = left[i]
-        take = pivot > floor
-        d = jnp.sqrt(jnp.where(take, pivot, 1.0))
-        column = jnp.where(taken | ~take, 0.0, (H[:, i] - L @ L[i]) / d).at[i].set(jnp.where(take, d, 0.0))
-        return (
-            L.at[:, j].set(column),
-            left - column**2,
-            taken.at[i].set(taken[i] | take),
-            when.at[i].set(jnp.where(take, j, when[i])),
-        )
+        take = left[i] > floor
+        v = U[i] - Q.T @ (Q @ U[i])
+        v = v - Q.T @ (Q @ v)
+        d = jnp.sqrt(jnp.sum(v * v))
+        q = v / jnp.where(take, d, jnp.inf)
+        column = jnp.where(taken, 0.0, U @ q).at[i].set(jnp.where(take, d, 0.0))
+        return Lt.at[j].set(column), Q.at[j].set(q), left - column**2, when.at[i].set(jnp.where(take, j, p + i))
 
-    start = (jnp.zeros_like(H), jnp.diagonal(H), jnp.zeros(p, bool), p + jnp.arange(p))
-    L, _, taken, when = jax.lax.fori_loop(0, count, step, start)
-    perm = jnp.argsort(when)
-    return L, jnp.diagonal(L[perm]) ** 2, perm, jnp.sum(taken)
+    start = (jnp.zeros((r, p), U.dtype), jnp.zeros((r, n), U.dtype), jnp.sum(U * U, axis=1), p + jnp.arange(p))
+    Lt, Q, _, when = jax.lax.fori_loop(0, jnp.minimum(count, r), step, start)
+    return Lt.T, Q, jnp.argsort(when), jnp.sum(when < p)
 
 
 def _basis_pinv(B: Float[Array, "p n"]) -> tuple[Float[Array, "n p"], Bool[Array, ""]]:
     """`B⁺` through a basis of `B`'s rows, for rows of any rank without an SVD.
 
-    The basis: the rows, normalised, taken by `_pivoted_cholesky` of their Gram matrix until
-    every row left lies within `rank_tolerance` (squared) of their span. With `Q` its
-    orthonormal rows and `Y` every row's coordinates in them (`B̂ = Y Q`, `B = D B̂` with `D`
-    the rows' lengths), `B⁺ = Qᵀ (Yᵀ D² Y)⁻¹ Yᵀ D`: the minimum-norm solutions and multipliers of an SVD wherever
-    the rows left out lie in the span, at the cost of two Cholesky factorizations (one where
-    the rows are independent). A rank deficiency that the structure fixes (two sticking
-    points on one body, a box on four corners) costs no more than full rank; zero rows cost
-    no step.
+    The basis: the rows, normalised, taken by `_pivoted_qr` until every row left lies
+    within `rank_tolerance` (squared) of their span. With `Q` its orthonormal rows and `Y`
+    every row's coordinates in them (`B̂ = Y Q`, `B = D B̂` with `D` the rows' lengths),
+    `B⁺ = Qᵀ (Yᵀ D² Y)⁻¹ Yᵀ D`: the minimum-norm solutions and multipliers of an SVD
+    wherever the rows left out lie in the span, at the cost of two Cholesky factorizations of
+    at most `min(p, n)` rows (one where the rows are independent). A rank deficiency that the
+    structure fixes (two sticking points on one body, a box on four corners) costs no more
+    than full rank; zero rows cost no step.
 
     **Returns:**
 
@@ -357,27 +356,29 @@ def _basis_pinv(B: Float[Array, "p n"]) -> tuple[Float[Array, "n p"], Bool[Array
     on the rows themselves (the Gram matrix cannot tell a sine of 1e-9 from 0).
     """
     p, n = B.shape
+    r = min(p, n)
     dtype = B.dtype
     norms = jnp.sqrt(jnp.sum(B * B, axis=1))
     nonzero = norms > negligible(p, n, dtype) * jnp.max(norms)
     norms = jnp.where(nonzero, norms, 1)
     U = jnp.where(nonzero[:, None], B, 0) / norms[:, None]
-    L, pivots, perm, rank = _pivoted_cholesky(U @ U.T, rank_tolerance(p, dtype), jnp.sum(nonzero))
-    Y, U = L[perm], U[perm]
-    basis = jnp.arange(p) < rank
-    G = jnp.where(basis[:, None], Y, jnp.eye(p, dtype=dtype))
-    Q = _loop_solve(G, U, False, rank)
+    L, Q, perm, rank = _pivoted_qr(U, rank_tolerance(p, dtype), jnp.sum(nonzero))
+    Y, U, d = L[perm], U[perm], norms[perm][:, None]
+    basis = jnp.arange(r) < rank
+    G = jnp.where(basis[:, None], Y[:r], jnp.eye(r, dtype=dtype))
     left_out = jnp.sum((Y @ Q - U) ** 2, axis=1)
-    exact = jnp.all(jnp.where(basis, pivots > _WELL_CONDITIONED, left_out <= negligible(p, n, dtype) ** 2))
-    dependent = rank < jnp.sum(nonzero)
+    exact = jnp.all(jnp.where(basis, jnp.diagonal(G) ** 2 > _WELL_CONDITIONED, True)) & jnp.all(
+        left_out <= negligible(p, n, dtype) ** 2
+    )
     # B = (D Y) Q, so B⁺ = Qᵀ (Yᵀ D² Y)⁻¹ (D Y)ᵀ: the rows' lengths weigh the multipliers of
-    # dependent rows (for independent ones they only scale them, B⁺ = Qᵀ G⁻¹ D⁻¹). Solved
-    # only where a row was left out.
-    d = norms[perm][:, None]
+    # dependent rows. For independent ones they only scale them: B⁺ = Qᵀ G⁻¹ D⁻¹. Each
+    # route's loops run only where it is taken.
+    dependent = rank < jnp.sum(nonzero)
     steps = jnp.where(dependent, rank, 0)
     R, _ = _loop_cholesky((d * Y).T @ (d * Y) + jnp.diag(jnp.where(basis, 0.0, 1.0)), count=steps)
     reduced = d * Y @ _loop_solve(R, _loop_solve(R, Q, False, steps), True, steps)
-    Pt = jnp.where(dependent, reduced, _loop_solve(G, Q, True, rank) / d)
+    top = _loop_solve(G, Q, True, rank - steps) / d[:r]
+    Pt = jnp.where(dependent, reduced, jnp.zeros((p, n), dtype).at[:r].set(top))
     return jnp.zeros_like(Pt).at[perm].set(Pt).T, exact
 
 

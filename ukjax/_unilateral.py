@@ -270,28 +270,23 @@ def solve_modes(
     stick2 = jnp.repeat(stick, 2)
     # a row scaled by s has its multiplier divided by s in the minimum-norm solution
     root = jnp.sqrt(jnp.repeat(modes.weight, 2))
-    A = jnp.concatenate(
-        [
-            equalities.A,
-            jnp.where(closed[:, None], contacts.normal.A, 0),
-            jnp.where(stick2[:, None], root[:, None] * contacts.tangent.A, 0),
-        ]
-    )
-    b = jnp.concatenate(
-        [equalities.b, jnp.where(closed, contacts.normal.b, 0), jnp.where(stick2, root * contacts.tangent.b, 0)]
-    )
-    # Loops, not the unrolled kernels: a simulation with contacts holds this solve in seven
-    # places (the rates, the event values, the impacts and the modes' search at each level),
-    # and unrolled they doubled its compile time (a sphere on a plane: 34 s → 21 s of XLA).
-    unroll = False
-    L = la.cholesky(M, unroll)
-    a = la.cho_solve(L, Q, unroll)
-    B = la.solve_lower(L, A.T, unroll=unroll).T
-    e = b - A @ a
+    rows = jnp.concatenate([equalities.A, contacts.normal.A, root[:, None] * contacts.tangent.A])
+    closing = jnp.concatenate([jnp.ones(p, bool), closed, stick2])
+    b = jnp.concatenate([equalities.b, contacts.normal.b, root * contacts.tangent.b])
+    b = jnp.where(closing, b, 0)
     # friction directions Aₜᵀ t̂ μ of the sliding contacts, as columns
     At = contacts.tangent.A.reshape(k, 2, -1)
     K = jnp.einsum("kdn,kd->nk", At, modes.direction) * jnp.where(slide, contacts.friction, 0)
-    Y = la.solve_lower(L, K, unroll=unroll)  # L⁻¹ K
+    # Loops, not the unrolled kernels: a simulation with contacts holds this solve in seven
+    # places (the rates, the event values, the impacts and the modes' search at each level),
+    # and unrolled they doubled its compile time (a sphere on a plane: 34 s → 21 s of XLA).
+    # One forward and one backward substitution for every right-hand side: each is a loop.
+    unroll = False
+    L = la.cholesky(M, unroll)
+    W = la.solve_lower(L, jnp.concatenate([Q[:, None], rows.T, K], axis=1), unroll=unroll)
+    c, every, Y = W[:, 0], W[:, 1 : 1 + rows.shape[0]].T, W[:, 1 + rows.shape[0] :]  # L⁻¹ Q, A L⁻ᵀ, L⁻¹ K
+    B = jnp.where(closing[:, None], every, 0)
+    e = b - B @ c  # b − A M⁻¹ Q
     Z, Lam = la.pinv_solve_multipliers(B, jnp.concatenate([e[:, None], B @ Y], axis=1), unroll)
     G = Lam[p : p + k, 1:]
     s = slide.astype(Q.dtype)
@@ -301,7 +296,7 @@ def solve_modes(
     z = Z[:, 0] + Z[:, 1:] @ lam_slide
     lam = Lam[:, 0] + Lam[:, 1:] @ lam_slide
     force = L @ (z - Y @ lam_slide)
-    x = a + la.solve_lower(L, z - Y @ lam_slide, transpose=True, unroll=unroll)
+    x = la.solve_lower(L, c + z - Y @ lam_slide, transpose=True, unroll=unroll)
     normal = jnp.where(closed, lam[p : p + k], 0)
     sticking = jnp.where(stick[:, None], (root * lam[p + k :]).reshape(k, 2), 0)
     sliding = -(jnp.where(slide, contacts.friction * normal, 0))[:, None] * modes.direction
@@ -311,8 +306,9 @@ def solve_modes(
     scale = jnp.linalg.norm(target) + jnp.linalg.norm(B) * jnp.linalg.norm(z)
     tangent = sticking + sliding
     # each contact's inverse effective mass (open or closed) turns its free rate into a force
-    mobility = inverse_masses(L, contacts.normal.A)
-    free = jnp.abs(contacts.normal.b - contacts.normal.A @ a)
+    normal_rows = every[p : p + k]  # Aₙ L⁻ᵀ
+    mobility = jnp.sum(normal_rows**2, axis=1)
+    free = jnp.abs(contacts.normal.b - normal_rows @ c)
     own = jnp.abs(normal) + norm(tangent) + jnp.where(mobility > 0, free / jnp.where(mobility > 0, mobility, 1), 0)
     return ContactSolution(
         x,
