@@ -18,7 +18,7 @@ import numpy as np
 
 from ._events import warn_if_started_inside
 from ._jit import jit
-from ._robots import kernels
+from . import _native
 from ._simulate import warn_if_started_off
 
 
@@ -45,7 +45,7 @@ def _kept(cache: Path | None, name: str, key: tuple, fun, *args):
     digest = hashlib.sha256(repr((key, versions, _source(), [(x.shape, x.dtype) for x in args])).encode())
     path = cache / "ukjax-programs" / f"{name}-{digest.hexdigest()[:32]}.jaxexport"
     # the kernel's calls in a program are to targets only a process that registered them knows
-    checks = [jax.export.DisabledSafetyCheck.custom_call(target) for target in kernels.targets()]
+    checks = [jax.export.DisabledSafetyCheck.custom_call(target) for target in _native.targets()]
     if path.exists():
         exported = jax.export.deserialize(bytearray(path.read_bytes()))
     else:

@@ -37,7 +37,7 @@ _MAX_SWEEPS = 30
 # Cholesky route: every row then makes an angle of at least 6° with the span of the others,
 # the rows' condition number is below about 10 p, and squaring it costs at most two of the
 # sixteen digits. Anything closer to dependent goes to the Jacobi SVD.
-_WELL_CONDITIONED = 1e-2
+WELL_CONDITIONED = 1e-2
 
 
 
@@ -352,7 +352,7 @@ def _basis_pinv(B: Float[Array, "p n"]) -> tuple[Float[Array, "n p"], Bool[Array
     **Returns:**
 
     `(B⁺, exact)`: `exact` where the basis is well conditioned (every squared pivot above
-    `_WELL_CONDITIONED`) and every row left out is within `negligible` of its span, measured
+    `WELL_CONDITIONED`) and every row left out is within `negligible` of its span, measured
     on the rows themselves (the Gram matrix cannot tell a sine of 1e-9 from 0).
     """
     p, n = B.shape
@@ -367,7 +367,7 @@ def _basis_pinv(B: Float[Array, "p n"]) -> tuple[Float[Array, "n p"], Bool[Array
     basis = jnp.arange(r) < rank
     G = jnp.where(basis[:, None], Y[:r], jnp.eye(r, dtype=dtype))
     left_out = jnp.sum((Y @ Q - U) ** 2, axis=1)
-    exact = jnp.all(jnp.where(basis, jnp.diagonal(G) ** 2 > _WELL_CONDITIONED, True)) & jnp.all(
+    exact = jnp.all(jnp.where(basis, jnp.diagonal(G) ** 2 > WELL_CONDITIONED, True)) & jnp.all(
         left_out <= negligible(p, n, dtype) ** 2
     )
     # B = (D Y) Q, so B⁺ = Qᵀ (Yᵀ D² Y)⁻¹ (D Y)ᵀ: the rows' lengths weigh the multipliers of
@@ -395,7 +395,7 @@ def _operator(B: Float[Array, "p n"], robust: bool, unroll: bool | None = None):
         # The robust route factors only well separated rows (the SVD takes the rest); the fast
         # one is only ever given independent rows (`uk_solve` checks them with the same factor).
         factor = gram_factor(
-            B, _WELL_CONDITIONED if robust else rank_tolerance(p, B.dtype), drop_zero_rows=robust, unroll=unroll
+            B, WELL_CONDITIONED if robust else rank_tolerance(p, B.dtype), drop_zero_rows=robust, unroll=unroll
         )
         well, d, U = factor.independent, factor.norms, factor.unit
         # B̂ = D⁻¹ B, B⁺ = B̂ᵀ (B̂ B̂ᵀ)⁻¹ D⁻¹ for independent rows
@@ -452,7 +452,7 @@ def pinv_solve(B: Float[Array, "p n"], X: Float[Array, "p k"], robust: bool = Tr
     """`B⁺ X`, the Moore–Penrose pseudo-inverse applied to the columns of `X`, with
     `jnp.linalg.pinv`'s cutoff and its derivative (exact where the rank does not change).
 
-    Rows that are independent and well separated (`_WELL_CONDITIONED`), zero rows left out,
+    Rows that are independent and well separated (`WELL_CONDITIONED`), zero rows left out,
     take the Cholesky route `B̂ᵀ (B̂ B̂ᵀ)⁻¹` on the row-normalised `B̂`; anything else a
     one-sided Jacobi SVD.
     With `robust=False` only the Cholesky route, right for linearly independent rows only.

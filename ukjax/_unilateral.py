@@ -19,6 +19,7 @@ law.
 """
 
 import abc
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -28,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, Real
 
-from . import _linalg as la
+from . import _linalg as la, _native
 from ._arrays import as_inexact
 from ._core import mass_check
 from ._constraints import AbstractConstraint, ConstraintRows, _as_rows, _jacobian, _time_derivative, holonomic_rows
@@ -273,42 +274,23 @@ def solve_modes(
     rows = jnp.concatenate([equalities.A, contacts.normal.A, root[:, None] * contacts.tangent.A])
     closing = jnp.concatenate([jnp.ones(p, bool), closed, stick2])
     b = jnp.concatenate([equalities.b, contacts.normal.b, root * contacts.tangent.b])
-    b = jnp.where(closing, b, 0)
     # friction directions Aₜᵀ t̂ μ of the sliding contacts, as columns
     At = contacts.tangent.A.reshape(k, 2, -1)
     K = jnp.einsum("kdn,kd->nk", At, modes.direction) * jnp.where(slide, contacts.friction, 0)
-    # Loops, not the unrolled kernels: a simulation with contacts holds this solve in seven
-    # places (the rates, the event values, the impacts and the modes' search at each level),
-    # and unrolled they doubled its compile time (a sphere on a plane: 34 s → 21 s of XLA).
-    # One forward and one backward substitution for every right-hand side: each is a loop.
-    unroll = False
-    L = la.cholesky(M, unroll)
-    W = la.solve_lower(L, jnp.concatenate([Q[:, None], rows.T, K], axis=1), unroll=unroll)
-    c, every, Y = W[:, 0], W[:, 1 : 1 + rows.shape[0]].T, W[:, 1 + rows.shape[0] :]  # L⁻¹ Q, A L⁻ᵀ, L⁻¹ K
-    B = jnp.where(closing[:, None], every, 0)
-    e = b - B @ c  # b − A M⁻¹ Q
-    Z, Lam = la.pinv_solve_multipliers(B, jnp.concatenate([e[:, None], B @ Y], axis=1), unroll)
-    G = Lam[p : p + k, 1:]
-    s = slide.astype(Q.dtype)
-    coupling = jnp.eye(k, dtype=Q.dtype) - s[:, None] * G * s[None, :]
-    lam_slide, pivot = la.solve_square(coupling, s * Lam[p : p + k, 0])
+    arguments = (M, Q, rows, jnp.where(closing, b, 0), closing.astype(Q.dtype), K, slide.astype(Q.dtype))
+    native = jax.default_backend() == "cpu" and _native.enabled() and _native.built()
+    if native and all(x.dtype == jnp.float64 for x in arguments):
+        x, force, lam, lam_slide, mobility, free, health = _native_solve(*arguments, p)
+    else:
+        x, force, lam, lam_slide, mobility, free, health = _dense_solve(*arguments, p)
+    inconsistency, mass_ok, pivot = health
     solvable = jnp.all(jnp.isfinite(lam_slide)) & (pivot > 1e-8)
-    z = Z[:, 0] + Z[:, 1:] @ lam_slide
-    lam = Lam[:, 0] + Lam[:, 1:] @ lam_slide
-    force = L @ (z - Y @ lam_slide)
-    x = la.solve_lower(L, c + z - Y @ lam_slide, transpose=True, unroll=unroll)
     normal = jnp.where(closed, lam[p : p + k], 0)
     sticking = jnp.where(stick[:, None], (root * lam[p + k :]).reshape(k, 2), 0)
     sliding = -(jnp.where(slide, contacts.friction * normal, 0))[:, None] * modes.direction
-    # as `uk_solve` measures it: B z = e with the sliding friction's share in e
-    target = e + B @ Y @ lam_slide
-    residual = B @ z - target
-    scale = jnp.linalg.norm(target) + jnp.linalg.norm(B) * jnp.linalg.norm(z)
     tangent = sticking + sliding
     # each contact's inverse effective mass (open or closed) turns its free rate into a force
-    normal_rows = every[p : p + k]  # Aₙ L⁻ᵀ
-    mobility = jnp.sum(normal_rows**2, axis=1)
-    free = jnp.abs(contacts.normal.b - normal_rows @ c)
+    free = jnp.abs(contacts.normal.b - free)
     own = jnp.abs(normal) + norm(tangent) + jnp.where(mobility > 0, free / jnp.where(mobility > 0, mobility, 1), 0)
     return ContactSolution(
         x,
@@ -317,10 +299,94 @@ def solve_modes(
         tangent,
         contacts.normal.A @ x - contacts.normal.b,
         own + _SCALE_FLOOR * (1 + jnp.max(own, initial=0)),
-        jnp.linalg.norm(residual) / jnp.where(scale > 0, scale, 1),
-        mass_check(M, L),
+        inconsistency,
+        mass_ok > 0,
         solvable,
     )
+
+
+def _dense_solve(
+    M: Float[Array, "n n"],
+    Q: Float[Array, " n"],
+    rows: Float[Array, "P n"],
+    b: Float[Array, " P"],
+    closing: Float[Array, " P"],
+    K: Float[Array, "n k"],
+    slide: Float[Array, " k"],
+    p: int,
+):
+    """The linear algebra of `solve_modes` (its docstring): `M x = Q + Aᵀλ + K λₛ` with
+    `A x = b` over the rows that `closing` selects (`b` zero elsewhere), `λₛ` the normal
+    forces of the sliding contacts (`slide`), whose normal rows start at row `p`.
+
+    **Returns:**
+
+    `(x, force, λ, λₛ, mobility, free, health)`: `force = M x − Q`; per contact the inverse
+    effective mass of its normal row and its rate `Aₙ M⁻¹ Q`; `health` the inconsistency,
+    1.0 where `M` is a mass matrix (0.0 elsewhere) and the sliding coupling's smallest pivot.
+    """
+    k = slide.shape[0]
+    # Loops, not the unrolled kernels: a simulation with contacts holds this solve in seven
+    # places (the rates, the event values, the impacts and the modes' search at each level),
+    # and unrolled they doubled its compile time (a sphere on a plane: 34 s → 21 s of XLA).
+    # One forward and one backward substitution for every right-hand side: each is a loop.
+    unroll = False
+    L = la.cholesky(M, unroll)
+    W = la.solve_lower(L, jnp.concatenate([Q[:, None], rows.T, K], axis=1), unroll=unroll)
+    c, every, Y = W[:, 0], W[:, 1 : 1 + rows.shape[0]].T, W[:, 1 + rows.shape[0] :]  # L⁻¹ Q, A L⁻ᵀ, L⁻¹ K
+    B = jnp.where(closing[:, None] > 0, every, 0)
+    e = b - B @ c  # b − A M⁻¹ Q
+    Z, Lam = la.pinv_solve_multipliers(B, jnp.concatenate([e[:, None], B @ Y], axis=1), unroll)
+    coupling = jnp.eye(k, dtype=Q.dtype) - slide[:, None] * Lam[p : p + k, 1:] * slide[None, :]
+    lam_slide, pivot = la.solve_square(coupling, slide * Lam[p : p + k, 0])
+    z = Z[:, 0] + Z[:, 1:] @ lam_slide
+    v = z - Y @ lam_slide
+    # as `uk_solve` measures it: B z = e with the sliding friction's share in e
+    target = e + B @ Y @ lam_slide
+    scale = jnp.linalg.norm(target) + jnp.linalg.norm(B) * jnp.linalg.norm(z)
+    inconsistency = jnp.linalg.norm(B @ z - target) / jnp.where(scale > 0, scale, 1)
+    normal = every[p : p + k]  # Aₙ L⁻ᵀ
+    return (
+        la.solve_lower(L, c + v, transpose=True, unroll=unroll),
+        L @ v,
+        Lam[:, 0] + Lam[:, 1:] @ lam_slide,
+        lam_slide,
+        jnp.sum(normal**2, axis=1),
+        normal @ c,
+        jnp.stack([inconsistency, mass_check(M, L).astype(Q.dtype), pivot]),
+    )
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(7,))
+def _native_solve(M, Q, rows, b, closing, K, slide, p):
+    """`_dense_solve` by the compiled kernel (`_contact_solve.cc`), its derivatives from
+    `_dense_solve`."""
+    n, P, k = Q.shape[-1], b.shape[-1], slide.shape[-1]
+    batch = Q.shape[:-1]
+    shape = lambda *s: jax.ShapeDtypeStruct((*batch, *s), Q.dtype)  # noqa: E731
+    return jax.ffi.ffi_call(
+        _native.CONTACT_SOLVE,
+        (shape(n), shape(n), shape(P), shape(k), shape(k), shape(k), shape(3)),
+        vmap_method="broadcast_all",
+    )(
+        M,
+        Q,
+        rows,
+        b,
+        closing,
+        K,
+        slide,
+        p=np.int64(p),
+        floor=np.float64(la.rank_tolerance(P, Q.dtype)),
+        cut=np.float64(la.negligible(P, n, Q.dtype)),
+        well=np.float64(la.WELL_CONDITIONED),
+    )
+
+
+@_native_solve.defjvp
+def _native_solve_jvp(p, primals, tangents):
+    _, derivatives = jax.jvp(lambda *a: _dense_solve(*a, p), primals, tangents)
+    return _native_solve(*primals, p), derivatives
 
 
 def inverse_masses(L: Float[Array, "n n"], A: Float[Array, "p n"]) -> Float[Array, " p"]:

@@ -7,25 +7,15 @@ acceleration 59–67 µs per member under `vmap`, the machine's arithmetic allow
 as the minor axis of every value: 4–7 µs per member on Cassie. What it does not model is
 evaluated in XLA and handed to it (`covered`).
 
-It is built once per machine and source with the system's C++ compiler (`CXX`, default `g++`)
-into `~/.cache/ukjax/kernels` (`XDG_CACHE_HOME` moves it), for one state and for chunks of 32,
-and runs wherever `simulate` solves a covered system on a CPU in float64: one call per state,
+It is built by `_native` (once per machine and source), for one state and for chunks of
+`LANES`, and runs wherever `simulate` solves a covered system on a CPU in float64: one call per state,
 and under `jax.vmap` (`simulate_batch`) one per batch. Derivatives, members with parameters of
 their own, other devices and a machine without a compiler take the XLA route
 (`system.solve`). `UKJAX_KERNELS=0` chooses the XLA route for the programs traced after it is
 set.
 """
 
-import ctypes
 import functools
-import hashlib
-import os
-import platform
-import subprocess
-import sys
-import tempfile
-import warnings
-from pathlib import Path
 from typing import NamedTuple
 
 import equinox as eqx
@@ -37,120 +27,14 @@ from jaxtyping import Array, Float
 from .._constraints import AbstractConstraint, Baumgarte, stack_rows
 from .._core import UKSolution
 from .._linalg import negligible, rank_tolerance
+from .._native import LANES, built, enabled, tree_target
 from .._systems import AbstractSystem, ConstrainedSystem, Forced
 from .._unilateral import AbstractUnilateral
 from .actuators import Actuated
 from .equalities import Connect
 from .tree import NORM_GAINS, RigidBodyTree
 
-_SOURCE = Path(__file__).with_name("kernels.cc")
-# `C` in kernels.cc: a batch is padded to a multiple. One state runs on a build of one lane: on
-# Cassie 36 µs against 168 for a padded chunk (eight states: 237 µs one by one, 174 as a chunk).
-_LANES = 32
 _KINDS = {"hinge": 0, "slide": 1, "ball": 2, "free": 3}
-
-
-def _cache_dir() -> Path:
-    """`$XDG_CACHE_HOME/ukjax/kernels` (default `~/.cache/...`), or a directory of this process's
-    own where that cannot be written."""
-    directory = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ukjax" / "kernels"
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return Path(tempfile.mkdtemp(prefix="ukjax-kernels-"))
-    return directory
-
-
-def _processor() -> str:
-    # `-march=native` ties the library to this kind of processor: a cache shared between
-    # machines keeps one build per kind
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
-
-
-@functools.cache
-def _built() -> bool:
-    """Build `kernels.cc` (once per machine, source, JAX and compiler), for chunks of `_LANES`
-    states and for one, and register both as FFI targets; False, with a warning that says why,
-    where that fails."""
-    compiler = os.environ.get("CXX", "g++")
-    command = [
-        compiler,
-        "-O3",
-        "-march=native",
-        "-std=c++17",
-        "-shared",
-        "-fPIC",
-        f"-I{jax.ffi.include_dir()}",
-    ]
-    key = hashlib.sha256(
-        "\0".join(
-            [_SOURCE.read_text(), jax.__version__, " ".join(command), platform.machine(), _processor()]
-        ).encode()
-    ).hexdigest()[:16]
-    directory = _cache_dir()
-    libraries = {lanes: directory / f"kernels-{key}-{lanes}.so" for lanes in (_LANES, 1)}
-    try:
-        if not all(library.exists() for library in libraries.values()):
-            print(
-                f"ukjax: compiling the tree kernel for this machine, once, into {directory} ...",
-                file=sys.stderr,
-                flush=True,
-            )
-            # built aside and renamed into place: processes building at once never load half a file
-            with tempfile.TemporaryDirectory(dir=directory) as scratch:
-                builds = {
-                    lanes: subprocess.Popen(
-                        [
-                            *command,
-                            f"-DUKJAX_LANES={lanes}",
-                            str(_SOURCE),
-                            "-o",
-                            str(Path(scratch) / library.name),
-                        ],
-                        stderr=subprocess.PIPE,
-                        text=True,
-                    )
-                    for lanes, library in libraries.items()
-                }
-                for lanes, build in builds.items():
-                    _, errors = build.communicate()  # read while waiting: a full pipe would stall it
-                    if build.returncode:
-                        raise subprocess.CalledProcessError(build.returncode, command, stderr=errors)
-                    os.replace(Path(scratch) / libraries[lanes].name, libraries[lanes])
-        handles = {lanes: ctypes.cdll.LoadLibrary(str(library)) for lanes, library in libraries.items()}
-    except (OSError, subprocess.CalledProcessError) as error:
-        if isinstance(error, subprocess.CalledProcessError):
-            reason = error.stderr.strip()[-1000:] or f"exit status {error.returncode}"
-        else:
-            reason = error
-        warnings.warn(
-            f"ukjax could not build its tree kernel with {compiler!r} ({reason}). Robot trees run on the "
-            "XLA route, several times slower and longer to compile; set CXX to a C++17 compiler, or "
-            "UKJAX_KERNELS=0 to choose the XLA route.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return False
-    for lanes, handle in handles.items():
-        jax.ffi.register_ffi_target(_target(lanes), jax.ffi.pycapsule(handle.UkTree), platform="cpu")
-    return True
-
-
-def _target(lanes: int) -> str:
-    return f"ukjax_tree_{lanes}"
-
-
-def targets() -> list[str]:
-    """The kernel's FFI targets, registered in this process (built first where needed; none
-    where the kernel does not build): a program exported with calls to them (`jax.export`)
-    runs in a process where they are registered."""
-    return [_target(lanes) for lanes in (_LANES, 1)] if os.environ.get("UKJAX_KERNELS", "1") != "0" and _built() else []
 
 
 class Parts(NamedTuple):
@@ -223,9 +107,9 @@ def runs(system, dtype) -> Parts | None:
     built."""
     parts = covered(system)
     dtypes = {x.dtype for x in jax.tree.leaves(system) if eqx.is_inexact_array(x)} | {jnp.dtype(dtype)}
-    if parts is None or dtypes != {jnp.dtype(jnp.float64)} or os.environ.get("UKJAX_KERNELS", "1") == "0":
+    if parts is None or dtypes != {jnp.dtype(jnp.float64)} or not enabled():
         return None
-    return parts if _built() else None
+    return parts if built() else None
 
 
 def _call(parts: Parts, q: Float[Array, "B n"], qd: Float[Array, "B n"], outside=None):
@@ -235,7 +119,7 @@ def _call(parts: Parts, q: Float[Array, "B n"], qd: Float[Array, "B n"], outside
     B, n = q.shape
     if outside is None:
         outside = (jnp.zeros_like(q), jnp.zeros((B, 0, n), q.dtype), jnp.zeros((B, 0), q.dtype))
-    lanes = 1 if B == 1 else _LANES
+    lanes = 1 if B == 1 else LANES
     size = -(-B // lanes) * lanes
     q, qd, *outside = (jnp.concatenate([x, jnp.repeat(x[-1:], size - B, 0)]) for x in (q, qd, *outside))
     tree, connects = parts.tree, parts.connects
@@ -278,7 +162,7 @@ def _call(parts: Parts, q: Float[Array, "B n"], qd: Float[Array, "B n"], outside
         jax.ShapeDtypeStruct((size, 2), q.dtype),
     )
     alpha, beta = NORM_GAINS
-    results = jax.ffi.ffi_call(_target(lanes), outputs)(
+    results = jax.ffi.ffi_call(tree_target(lanes), outputs)(
         *structure,
         *(x.astype(q.dtype) for x in parameters),
         q,

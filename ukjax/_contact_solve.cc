@@ -1,0 +1,432 @@
+// The linear algebra of one contact solve at fixed modes (`_unilateral._dense_solve`, whose
+// formulas and cut-offs this follows), for a batch of states in one XLA FFI call, one state
+// after another: M = L Lᵀ; one forward substitution for the applied forces, every row and the
+// sliding friction's directions; the pseudo-inverse of the rows that the modes close, only
+// those that are not zero, through a basis of them (pivoted Gram–Schmidt; the minimum-norm
+// solution where some are dependent), a one-sided Jacobi SVD where that basis is ill-
+// conditioned; the sliding contacts' coupling by Gauss–Jordan with partial pivoting; one
+// backward substitution. Built and called by `_native.py` and `_unilateral.py`.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr double NaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double EPS = std::numeric_limits<double>::epsilon();
+
+// `B⁺ᵀ` (m × n, row-major) of the rows `B` (m × n), all of them longer than the cut-off.
+// `floor`: the squared distance under which a row counts as in the span of those taken
+// (`rank_tolerance`); `cut`: `negligible`; `well`: `WELL_CONDITIONED`.
+void pinv_t(int m, int n, const double* B, double floor, double cut, double well, double* Pt) {
+  std::vector<double> d(m), U(size_t(m) * n), Q(size_t(n) * n, 0.0), Lc(size_t(m) * n, 0.0), left(m, 1.0);
+  std::vector<int> taken_at(m, -1), order;
+  for (int i = 0; i < m; ++i) {
+    double s = 0;
+    for (int c = 0; c < n; ++c) s += B[i * n + c] * B[i * n + c];
+    d[i] = std::sqrt(s);
+    for (int c = 0; c < n; ++c) U[i * n + c] = B[i * n + c] / d[i];
+  }
+  int r = std::min(m, n);
+  std::vector<double> v(n), w(n);
+  for (int j = 0; j < r; ++j) {
+    int best = -1;
+    for (int i = 0; i < m; ++i)
+      if (taken_at[i] < 0 && (best < 0 || left[i] > left[best])) best = i;
+    if (best < 0 || !(left[best] > floor)) break;
+    for (int c = 0; c < n; ++c) v[c] = U[best * n + c];
+    for (int pass = 0; pass < 2; ++pass) {  // twice is enough (Giraud et al. 2005)
+      for (int k = 0; k < j; ++k) {
+        double a = 0;
+        for (int c = 0; c < n; ++c) a += Q[k * n + c] * v[c];
+        w[k] = a;
+      }
+      for (int k = 0; k < j; ++k)
+        for (int c = 0; c < n; ++c) v[c] -= w[k] * Q[k * n + c];
+    }
+    double norm = 0;
+    for (int c = 0; c < n; ++c) norm += v[c] * v[c];
+    norm = std::sqrt(norm);
+    for (int c = 0; c < n; ++c) Q[j * n + c] = v[c] / norm;
+    for (int i = 0; i < m; ++i) {
+      if (taken_at[i] >= 0) continue;
+      double a = 0;
+      if (i == best) {
+        a = norm;
+      } else {
+        for (int c = 0; c < n; ++c) a += U[i * n + c] * Q[j * n + c];
+      }
+      Lc[i * n + j] = a;
+      left[i] -= a * a;
+    }
+    taken_at[best] = j;
+    order.push_back(best);
+  }
+  int rank = int(order.size());
+  bool exact = true;
+  for (int j = 0; j < rank; ++j) {
+    double g = Lc[order[j] * n + j];
+    exact = exact && g * g > well;
+  }
+  bool dependent = false;
+  for (int i = 0; i < m && exact; ++i) {
+    if (taken_at[i] >= 0) continue;
+    dependent = true;
+    double s = 0;
+    for (int c = 0; c < n; ++c) {
+      double e = U[i * n + c];
+      for (int k = 0; k < rank; ++k) e -= Lc[i * n + k] * Q[k * n + c];
+      s += e * e;
+    }
+    exact = s <= cut * cut;
+  }
+  if (exact && !dependent) {
+    // B⁺ᵀ = D⁻¹ G⁻ᵀ Q, G the taken rows' coordinates, lower triangular in the order taken
+    std::vector<double> X(size_t(rank) * n);
+    for (int j = rank - 1; j >= 0; --j) {
+      for (int c = 0; c < n; ++c) {
+        double s = Q[j * n + c];
+        for (int k = j + 1; k < rank; ++k) s -= Lc[order[k] * n + j] * X[k * n + c];
+        X[j * n + c] = s / Lc[order[j] * n + j];
+      }
+    }
+    for (int j = 0; j < rank; ++j)
+      for (int c = 0; c < n; ++c) Pt[order[j] * n + c] = X[j * n + c] / d[order[j]];
+    return;
+  }
+  if (exact) {
+    // B = (D Y) Q: B⁺ᵀ = D Y (Yᵀ D² Y)⁻¹ Q
+    std::vector<double> N(size_t(rank) * rank, 0.0), X(size_t(rank) * n);
+    for (int a = 0; a < rank; ++a)
+      for (int b = 0; b <= a; ++b) {
+        double s = 0;
+        for (int i = 0; i < m; ++i) s += d[i] * d[i] * Lc[i * n + a] * Lc[i * n + b];
+        N[a * rank + b] = s;
+      }
+    for (int j = 0; j < rank; ++j) {
+      double s = N[j * rank + j];
+      for (int k = 0; k < j; ++k) s -= N[j * rank + k] * N[j * rank + k];
+      double g = std::sqrt(s);
+      N[j * rank + j] = g;
+      for (int i = j + 1; i < rank; ++i) {
+        double t = N[i * rank + j];
+        for (int k = 0; k < j; ++k) t -= N[i * rank + k] * N[j * rank + k];
+        N[i * rank + j] = t / g;
+      }
+    }
+    for (int c = 0; c < n; ++c) {
+      for (int j = 0; j < rank; ++j) {
+        double s = Q[j * n + c];
+        for (int k = 0; k < j; ++k) s -= N[j * rank + k] * X[k * n + c];
+        X[j * n + c] = s / N[j * rank + j];
+      }
+      for (int j = rank - 1; j >= 0; --j) {
+        double s = X[j * n + c];
+        for (int k = j + 1; k < rank; ++k) s -= N[k * rank + j] * X[k * n + c];
+        X[j * n + c] = s / N[j * rank + j];
+      }
+    }
+    for (int i = 0; i < m; ++i)
+      for (int c = 0; c < n; ++c) {
+        double s = 0;
+        for (int k = 0; k < rank; ++k) s += Lc[i * n + k] * X[k * n + c];
+        Pt[i * n + c] = d[i] * s;
+      }
+    return;
+  }
+  // One-sided Jacobi on the rows: W = V B with orthogonal rows, B⁺ᵀ = Vᵀ diag(σ⁻²) W
+  std::vector<double> W(B, B + size_t(m) * n), V(size_t(m) * m, 0.0);
+  for (int i = 0; i < m; ++i) V[i * m + i] = 1.0;
+  double longest = 0;
+  for (int i = 0; i < m; ++i) longest = std::max(longest, d[i] * d[i]);
+  double shortest = cut * cut * longest;
+  for (int sweep = 0; sweep < 30; ++sweep) {
+    double worst = 0;
+    for (int a = 0; a < m - 1; ++a)
+      for (int b = a + 1; b < m; ++b) {
+        double alpha = 0, beta = 0, gamma = 0;
+        for (int c = 0; c < n; ++c) {
+          alpha += W[a * n + c] * W[a * n + c];
+          beta += W[b * n + c] * W[b * n + c];
+          gamma += W[a * n + c] * W[b * n + c];
+        }
+        if (!(alpha > shortest && beta > shortest)) continue;
+        double off = std::fabs(gamma) / std::sqrt(alpha * beta);
+        worst = std::max(worst, off);
+        if (!(off > EPS)) continue;
+        double zeta = (beta - alpha) / (2 * gamma);
+        double t = (zeta >= 0 ? 1.0 : -1.0) / (std::fabs(zeta) + std::hypot(1.0, zeta));
+        double cs = 1 / std::hypot(1.0, t), sn = cs * t;
+        for (int c = 0; c < n; ++c) {
+          double x = W[a * n + c], y = W[b * n + c];
+          W[a * n + c] = cs * x - sn * y, W[b * n + c] = sn * x + cs * y;
+        }
+        for (int c = 0; c < m; ++c) {
+          double x = V[a * m + c], y = V[b * m + c];
+          V[a * m + c] = cs * x - sn * y, V[b * m + c] = sn * x + cs * y;
+        }
+      }
+    if (!(worst > EPS)) break;
+  }
+  std::vector<double> inverse(m);
+  double largest = 0;
+  for (int i = 0; i < m; ++i) {
+    double s = 0;
+    for (int c = 0; c < n; ++c) s += W[i * n + c] * W[i * n + c];
+    inverse[i] = s;
+    largest = std::max(largest, s);
+  }
+  for (int i = 0; i < m; ++i) inverse[i] = inverse[i] > cut * cut * largest ? 1 / inverse[i] : 0.0;
+  for (int i = 0; i < m; ++i)
+    for (int c = 0; c < n; ++c) {
+      double s = 0;
+      for (int k = 0; k < m; ++k) s += V[k * m + i] * inverse[k] * W[k * n + c];
+      Pt[i * n + c] = s;
+    }
+}
+
+}  // namespace
+
+static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::F64> Qb, ffi::Buffer<ffi::F64> Rb,
+                                     ffi::Buffer<ffi::F64> bb, ffi::Buffer<ffi::F64> closing_b,
+                                     ffi::Buffer<ffi::F64> Kb, ffi::Buffer<ffi::F64> slide_b, int64_t p_eq,
+                                     double floor, double cut, double well, ffi::ResultBuffer<ffi::F64> x_out,
+                                     ffi::ResultBuffer<ffi::F64> force_out, ffi::ResultBuffer<ffi::F64> lam_out,
+                                     ffi::ResultBuffer<ffi::F64> slide_out, ffi::ResultBuffer<ffi::F64> mobility_out,
+                                     ffi::ResultBuffer<ffi::F64> free_out, ffi::ResultBuffer<ffi::F64> health_out) {
+  auto qdims = Qb.dimensions();
+  const int n = int(qdims.back());
+  const int P = int(bb.dimensions().back());
+  const int k = int(slide_b.dimensions().back());
+  const int cols = 1 + P + k;
+  const int64_t batch = int64_t(Qb.element_count()) / std::max(n, 1);
+  const int p = int(p_eq);
+  std::vector<double> L(size_t(n) * n), X(size_t(n) * cols), Bact, Pt, e(P), target(P);
+  std::vector<int> active;
+  std::vector<double> z(n), v(n), lam(P), slide_lam(k);
+  for (int64_t s = 0; s < batch; ++s) {
+    const double* M = Mb.typed_data() + s * n * n;
+    const double* Q = Qb.typed_data() + s * n;
+    const double* R = Rb.typed_data() + s * P * n;
+    const double* b = bb.typed_data() + s * P;
+    const double* closing = closing_b.typed_data() + s * P;
+    const double* K = Kb.typed_data() + s * n * k;
+    const double* slide = slide_b.typed_data() + s * k;
+    double* x = x_out->typed_data() + s * n;
+    double* force = force_out->typed_data() + s * n;
+    double* lam_o = lam_out->typed_data() + s * P;
+    double* slide_o = slide_out->typed_data() + s * k;
+    double* mobility = mobility_out->typed_data() + s * k;
+    double* free_rate = free_out->typed_data() + s * k;
+    double* health = health_out->typed_data() + s * 3;
+    // M = L Lᵀ, and M's symmetry to √ε (`mass_check`)
+    double largest = 0, asymmetry = 0;
+    for (int i = 0; i < n * n; ++i) largest = std::max(largest, std::fabs(M[i]));
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < i; ++j) asymmetry = std::max(asymmetry, std::fabs(M[i * n + j] - M[j * n + i]));
+    bool mass_ok = asymmetry <= std::sqrt(EPS) * largest;
+    for (int j = 0; j < n; ++j) {
+      double t = M[j * n + j];
+      for (int c = 0; c < j; ++c) t -= L[j * n + c] * L[j * n + c];
+      mass_ok = mass_ok && t > 0;
+      double g = std::sqrt(t);
+      L[j * n + j] = g;
+      for (int i = j + 1; i < n; ++i) {
+        double u = M[i * n + j];
+        for (int c = 0; c < j; ++c) u -= L[i * n + c] * L[j * n + c];
+        L[i * n + j] = u / g;
+      }
+      for (int i = 0; i < j; ++i) L[i * n + j] = 0;
+    }
+    if (!mass_ok) {
+      std::fill(x, x + n, NaN), std::fill(force, force + n, NaN), std::fill(lam_o, lam_o + P, NaN);
+      std::fill(slide_o, slide_o + k, NaN), std::fill(mobility, mobility + k, NaN);
+      std::fill(free_rate, free_rate + k, NaN);
+      health[0] = NaN, health[1] = 0, health[2] = NaN;
+      continue;
+    }
+    // X = L⁻¹ [Q | Rᵀ | K]
+    for (int i = 0; i < n; ++i) {
+      double* row = &X[size_t(i) * cols];
+      row[0] = Q[i];
+      for (int j = 0; j < P; ++j) row[1 + j] = R[j * n + i];
+      for (int j = 0; j < k; ++j) row[1 + P + j] = K[i * k + j];
+      for (int c = 0; c < i; ++c) {
+        double l = L[i * n + c];
+        if (l == 0) continue;
+        const double* done = &X[size_t(c) * cols];
+        for (int j = 0; j < cols; ++j) row[j] -= l * done[j];
+      }
+      double g = L[i * n + i];
+      for (int j = 0; j < cols; ++j) row[j] /= g;
+    }
+    auto E = [&](int i, int j) { return X[size_t(i) * cols + 1 + j]; };  // (A L⁻ᵀ)ᵀ
+    // the closed rows, and those of them above the cut-off (`gram_factor`'s `negligible`)
+    double longest = 0;
+    std::vector<double> norms(P, 0.0);
+    for (int j = 0; j < P; ++j) {
+      if (closing[j] == 0) continue;
+      double t = 0;
+      for (int i = 0; i < n; ++i) t += E(i, j) * E(i, j);
+      norms[j] = std::sqrt(t);
+      longest = std::max(longest, norms[j]);
+    }
+    active.clear();
+    for (int j = 0; j < P; ++j)
+      if (closing[j] != 0 && norms[j] > cut * longest) active.push_back(j);
+    const int m = int(active.size());
+    Bact.assign(size_t(m) * n, 0.0);
+    for (int a = 0; a < m; ++a)
+      for (int i = 0; i < n; ++i) Bact[a * n + i] = E(i, active[a]);
+    for (int j = 0; j < P; ++j) {
+      double t = 0;
+      if (closing[j] != 0)
+        for (int i = 0; i < n; ++i) t += E(i, j) * X[size_t(i) * cols];
+      e[j] = (closing[j] != 0 ? b[j] : 0.0) - t;  // b − A M⁻¹ Q
+    }
+    Pt.assign(size_t(m) * n, 0.0);
+    if (m > 0) pinv_t(m, n, Bact.data(), floor, cut, well, Pt.data());
+    // z₀ = B⁺ e, and for each sliding contact B⁺ B yᵢ (yᵢ = L⁻¹ Kᵢ)
+    std::vector<int> sliding;
+    for (int i = 0; i < k; ++i)
+      if (slide[i] != 0) sliding.push_back(i);
+    const int ns = int(sliding.size());
+    std::vector<double> Z(size_t(n) * (1 + ns), 0.0), Lam(size_t(m) * (1 + ns), 0.0), rhs(m);
+    for (int col = 0; col <= ns; ++col) {
+      for (int a = 0; a < m; ++a) {
+        if (col == 0) {
+          rhs[a] = e[active[a]];
+        } else {
+          double t = 0;
+          for (int i = 0; i < n; ++i) t += Bact[a * n + i] * X[size_t(i) * cols + 1 + P + sliding[col - 1]];
+          rhs[a] = t;
+        }
+      }
+      for (int a = 0; a < m; ++a)
+        for (int i = 0; i < n; ++i) Z[i * (1 + ns) + col] += Pt[a * n + i] * rhs[a];
+      for (int a = 0; a < m; ++a) {
+        double t = 0;
+        for (int i = 0; i < n; ++i) t += Pt[a * n + i] * Z[i * (1 + ns) + col];
+        Lam[a * (1 + ns) + col] = t;
+      }
+    }
+    // the sliding contacts' normal forces: (I − G) λₛ = λ₀ on the sliding contacts' normal rows
+    std::vector<int> row_of(P, -1);
+    for (int a = 0; a < m; ++a) row_of[active[a]] = a;
+    auto lam_at = [&](int row, int col) { return row_of[row] < 0 ? 0.0 : Lam[row_of[row] * (1 + ns) + col]; };
+    std::vector<double> A(size_t(ns) * ns), y(ns);
+    for (int a = 0; a < ns; ++a) {
+      for (int c = 0; c < ns; ++c) A[a * ns + c] = (a == c) - lam_at(p + sliding[a], 1 + c);
+      y[a] = lam_at(p + sliding[a], 0);
+    }
+    double pivot = k > 0 ? 1.0 : std::numeric_limits<double>::infinity();
+    for (int i = 0; i < ns; ++i) {
+      int best = i;
+      for (int r = i + 1; r < ns; ++r)
+        if (std::fabs(A[r * ns + i]) > std::fabs(A[best * ns + i])) best = r;
+      if (best != i) {
+        for (int c = 0; c < ns; ++c) std::swap(A[i * ns + c], A[best * ns + c]);
+        std::swap(y[i], y[best]);
+      }
+      double g = A[i * ns + i];
+      for (int r = 0; r < ns; ++r) {
+        if (r == i) continue;
+        double f = A[r * ns + i] / g;
+        for (int c = 0; c < ns; ++c) A[r * ns + c] -= f * A[i * ns + c];
+        y[r] -= f * y[i];
+      }
+    }
+    std::fill(slide_lam.begin(), slide_lam.end(), 0.0);
+    for (int i = 0; i < ns; ++i) {
+      double g = A[i * ns + i];
+      pivot = std::min(pivot, std::fabs(g));
+      if (g != g) pivot = NaN;
+      slide_lam[sliding[i]] = y[i] / g;
+    }
+    // z, λ, the force L (z − Y λₛ) and q̈ = L⁻ᵀ (L⁻¹ Q + z − Y λₛ)
+    for (int i = 0; i < n; ++i) {
+      double t = Z[i * (1 + ns)], u = 0;
+      for (int c = 0; c < ns; ++c) {
+        t += Z[i * (1 + ns) + 1 + c] * slide_lam[sliding[c]];
+        u += X[size_t(i) * cols + 1 + P + sliding[c]] * slide_lam[sliding[c]];
+      }
+      z[i] = t, v[i] = t - u;
+    }
+    std::fill(lam.begin(), lam.end(), 0.0);
+    for (int a = 0; a < m; ++a) {
+      double t = Lam[a * (1 + ns)];
+      for (int c = 0; c < ns; ++c) t += Lam[a * (1 + ns) + 1 + c] * slide_lam[sliding[c]];
+      lam[active[a]] = t;
+    }
+    for (int i = 0; i < n; ++i) {
+      double t = 0;
+      for (int c = 0; c <= i; ++c) t += L[i * n + c] * v[c];
+      force[i] = t;
+    }
+    for (int i = n - 1; i >= 0; --i) {
+      double t = X[size_t(i) * cols] + v[i];
+      for (int c = i + 1; c < n; ++c) t -= L[c * n + i] * x[c];
+      x[i] = t / L[i * n + i];
+    }
+    // as `uk_solve` measures it: B z against e with the sliding friction's share in it
+    double residual = 0, target_norm = 0, frobenius = 0, z_norm = 0;
+    for (int i = 0; i < n; ++i) z_norm += z[i] * z[i];
+    for (int j = 0; j < P; ++j) {
+      double bz = 0, by = 0;
+      if (closing[j] != 0) {
+        for (int i = 0; i < n; ++i) {
+          double entry = E(i, j);
+          frobenius += entry * entry;
+          bz += entry * z[i];
+          for (int c = 0; c < ns; ++c) by += entry * X[size_t(i) * cols + 1 + P + sliding[c]] * slide_lam[sliding[c]];
+        }
+      }
+      double t = e[j] + by;
+      target_norm += t * t;
+      residual += (bz - t) * (bz - t);
+    }
+    double scale = std::sqrt(target_norm) + std::sqrt(frobenius) * std::sqrt(z_norm);
+    // each contact's inverse effective mass and its rate under the applied forces alone
+    for (int i = 0; i < k; ++i) {
+      double t = 0, u = 0;
+      for (int c = 0; c < n; ++c) {
+        t += E(c, p + i) * E(c, p + i);
+        u += E(c, p + i) * X[size_t(c) * cols];
+      }
+      mobility[i] = t, free_rate[i] = u;
+    }
+    std::copy(lam.begin(), lam.end(), lam_o);
+    std::copy(slide_lam.begin(), slide_lam.end(), slide_o);
+    health[0] = std::sqrt(residual) / (scale > 0 ? scale : 1.0);
+    health[1] = 1.0;
+    health[2] = pivot;
+  }
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UkContactSolve, UkContactSolveImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Attr<int64_t>("p")
+                                  .Attr<double>("floor")
+                                  .Attr<double>("cut")
+                                  .Attr<double>("well")
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>());

@@ -1,0 +1,139 @@
+"""ukjax's compiled C++ kernels: built once per machine and source with the system's C++
+compiler (`CXX`, default `g++`) into `~/.cache/ukjax/kernels` (`XDG_CACHE_HOME` moves it), and
+registered as XLA FFI targets for the CPU. `UKJAX_KERNELS=0` turns them off for the programs
+traced after it is set.
+
+- `_robots/kernels.cc`: the U-K solve of a rigid-body tree (`_robots/kernels.py`), built for
+  chunks of `LANES` states and for one.
+- `_contact_solve.cc`: the linear algebra of a contact solve at fixed modes
+  (`_unilateral.solve_modes`).
+"""
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import jax
+
+_SOURCES = (Path(__file__).with_name("_robots") / "kernels.cc", Path(__file__).with_name("_contact_solve.cc"))
+# `C` in kernels.cc: a batch is padded to a multiple. One state runs on a build of one lane: on
+# Cassie 36 µs against 168 for a padded chunk (eight states: 237 µs one by one, 174 as a chunk).
+LANES = 32
+CONTACT_SOLVE = "ukjax_contact_solve"
+
+
+def _cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/ukjax/kernels` (default `~/.cache/...`), or a directory of this process's
+    own where that cannot be written."""
+    directory = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ukjax" / "kernels"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="ukjax-kernels-"))
+    return directory
+
+
+def _processor() -> str:
+    # `-march=native` ties the library to this kind of processor: a cache shared between
+    # machines keeps one build per kind
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+@functools.cache
+def built() -> bool:
+    """Build the kernels (once per machine, source, JAX and compiler), for chunks of `LANES`
+    states and for one, and register them as FFI targets; False, with a warning that says why,
+    where that fails."""
+    compiler = os.environ.get("CXX", "g++")
+    command = [
+        compiler,
+        "-O3",
+        "-march=native",
+        "-std=c++17",
+        "-shared",
+        "-fPIC",
+        f"-I{jax.ffi.include_dir()}",
+    ]
+    key = hashlib.sha256(
+        "\0".join(
+            ["\0".join(source.read_text() for source in _SOURCES), jax.__version__, " ".join(command), platform.machine(), _processor()]
+        ).encode()
+    ).hexdigest()[:16]
+    directory = _cache_dir()
+    libraries = {lanes: directory / f"kernels-{key}-{lanes}.so" for lanes in (LANES, 1)}
+    try:
+        if not all(library.exists() for library in libraries.values()):
+            print(
+                f"ukjax: compiling its kernels for this machine, once, into {directory} ...",
+                file=sys.stderr,
+                flush=True,
+            )
+            # built aside and renamed into place: processes building at once never load half a file
+            with tempfile.TemporaryDirectory(dir=directory) as scratch:
+                builds = {
+                    lanes: subprocess.Popen(
+                        [
+                            *command,
+                            f"-DUKJAX_LANES={lanes}",
+                            *(str(source) for source in _SOURCES),
+                            "-o",
+                            str(Path(scratch) / library.name),
+                        ],
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
+                    for lanes, library in libraries.items()
+                }
+                for lanes, build in builds.items():
+                    _, errors = build.communicate()  # read while waiting: a full pipe would stall it
+                    if build.returncode:
+                        raise subprocess.CalledProcessError(build.returncode, command, stderr=errors)
+                    os.replace(Path(scratch) / libraries[lanes].name, libraries[lanes])
+        handles = {lanes: ctypes.cdll.LoadLibrary(str(library)) for lanes, library in libraries.items()}
+    except (OSError, subprocess.CalledProcessError) as error:
+        if isinstance(error, subprocess.CalledProcessError):
+            reason = error.stderr.strip()[-1000:] or f"exit status {error.returncode}"
+        else:
+            reason = error
+        warnings.warn(
+            f"ukjax could not build its kernels with {compiler!r} ({reason}). Robot trees and contact "
+            "solves run on the XLA route, several times slower and longer to compile; set CXX to a "
+            "C++17 compiler, or UKJAX_KERNELS=0 to choose the XLA route.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
+    for lanes, handle in handles.items():
+        jax.ffi.register_ffi_target(tree_target(lanes), jax.ffi.pycapsule(handle.UkTree), platform="cpu")
+    jax.ffi.register_ffi_target(CONTACT_SOLVE, jax.ffi.pycapsule(handles[1].UkContactSolve), platform="cpu")
+    return True
+
+
+def tree_target(lanes: int) -> str:
+    """The tree kernel's FFI target for chunks of `lanes` states."""
+    return f"ukjax_tree_{lanes}"
+
+
+def targets() -> list[str]:
+    """The kernels' FFI targets, registered in this process (built first where needed; none
+    where they do not build): a program exported with calls to them (`jax.export`)
+    runs in a process where they are registered."""
+    return [tree_target(lanes) for lanes in (LANES, 1)] + [CONTACT_SOLVE] if enabled() and built() else []
+
+
+def enabled() -> bool:
+    """Whether the kernels may run (`UKJAX_KERNELS` is not `0`)."""
+    return os.environ.get("UKJAX_KERNELS", "1") != "0"
