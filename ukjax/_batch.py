@@ -16,6 +16,7 @@ from ._robots import kernels
 from ._simulate import DEFAULT_TOL, simulate, warn_if_started_off
 from ._solution import Solution
 from ._systems import AbstractSystem, check_state
+from ._unilateral import AbstractUnilateral, compiled
 
 _AXIS = "batch"
 
@@ -117,7 +118,9 @@ def simulate_batch(
     On CPU, split the cores into devices before the first computation
     (`jax.config.update("jax_num_cpu_devices", cores)`; see "Batches and devices" on the
     documentation site, docs/concepts/batches.md);
-    each device then takes its members in chunks whose mass matrices stay in the cache.
+    each device then takes its members in chunks whose mass matrices stay in the cache, and
+    a system with contacts or limits one member at a time, so that each pays for its own
+    events only.
 
     **Arguments:**
 
@@ -165,7 +168,18 @@ def simulate_batch(
     axes = jax.tree.map(lambda axis: None if axis is None else 0, axes, is_leaf=_absent)
     per_device = -(-batch // len(devices))
     shared = not any(axis is not None for axis in jax.tree.leaves(axes, is_leaf=_absent))
-    if shared and devices[0].platform == "cpu" and kernels.runs(system, q0.dtype) is not None:
+    unilateral = lambda x: isinstance(x, AbstractUnilateral)  # noqa: E731
+    if devices[0].platform == "cpu" and compiled(q0.dtype, "cpu") and any(
+        unilateral(x) for x in jax.tree.leaves(system, is_leaf=unilateral)
+    ):
+        # With contacts and limits, one member at a time: in a batch the members step in
+        # lockstep, each event pass lasting until every member's stretch has ended, and the
+        # contact kernel solves the lanes one by one, the waiting ones too. Measured on 2
+        # cores (batch against one by one): six bodies tumbling, 26-58 events a member,
+        # 29.4 s against 6.6 s; a ball bouncing, 25 001 saves, 0.45 s against 0.35 s;
+        # contacts.xml 0.53 s against 0.57 s; the ball with 2 saves 0.06 s against 0.10 s.
+        chunk = 1
+    elif shared and devices[0].platform == "cpu" and kernels.runs(system, q0.dtype) is not None:
         chunk = per_device  # the kernel takes the device's members in chunks of its own
     else:
         chunk = _chunk(per_device, q0.shape[1], q0.dtype, devices[0].platform)

@@ -278,8 +278,7 @@ def solve_modes(
     At = contacts.tangent.A.reshape(k, 2, -1)
     K = jnp.einsum("kdn,kd->nk", At, modes.direction) * jnp.where(slide, contacts.friction, 0)
     arguments = (M, Q, rows, jnp.where(closing, b, 0), closing.astype(Q.dtype), K, slide.astype(Q.dtype))
-    native = jax.default_backend() == "cpu" and _native.enabled() and _native.built()
-    if native and all(x.dtype == jnp.float64 for x in arguments):
+    if all(compiled(x.dtype, jax.default_backend()) for x in arguments):
         x, force, lam, lam_slide, mobility, free, health = _native_solve(*arguments, p)
     else:
         x, force, lam, lam_slide, mobility, free, health = _dense_solve(*arguments, p)
@@ -303,6 +302,13 @@ def solve_modes(
         mass_ok > 0,
         solvable,
     )
+
+
+def compiled(dtype, platform: str) -> bool:
+    """Whether the contact solve at fixed modes runs on its compiled kernel
+    (`_contact_solve.cc`) for arrays of `dtype` on `platform`: float64 on a CPU, the kernels
+    not turned off (`UKJAX_KERNELS=0`) and built."""
+    return platform == "cpu" and jnp.dtype(dtype) == jnp.float64 and _native.enabled() and _native.built()
 
 
 def _dense_solve(
