@@ -21,6 +21,26 @@ namespace {
 constexpr double NaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double EPS = std::numeric_limits<double>::epsilon();
 
+// The lower Cholesky factor `L` of the n × n `M` (row-major, from its lower triangle; the upper
+// one of `L` zero); false where `M` is not positive definite.
+bool cholesky(int n, const double* M, double* L) {
+  bool positive = true;
+  for (int j = 0; j < n; ++j) {
+    double t = M[j * n + j];
+    for (int c = 0; c < j; ++c) t -= L[j * n + c] * L[j * n + c];
+    positive = positive && t > 0;
+    double g = std::sqrt(t);
+    L[j * n + j] = g;
+    for (int i = j + 1; i < n; ++i) {
+      double u = M[i * n + j];
+      for (int c = 0; c < j; ++c) u -= L[i * n + c] * L[j * n + c];
+      L[i * n + j] = u / g;
+    }
+    for (int i = 0; i < j; ++i) L[i * n + j] = 0;
+  }
+  return positive;
+}
+
 // `B⁺ᵀ` (m × n, row-major) of the rows `B` (m × n), all of them longer than the cut-off.
 // `floor`: the squared distance under which a row counts as in the span of those taken
 // (`rank_tolerance`); `cut`: `negligible`; `well`: `WELL_CONDITIONED`.
@@ -102,24 +122,14 @@ void pinv_t(int m, int n, const double* B, double floor, double cut, double well
   }
   if (exact) {
     // B = (D Y) Q: B⁺ᵀ = D Y (Yᵀ D² Y)⁻¹ Q
-    std::vector<double> N(size_t(rank) * rank, 0.0), X(size_t(rank) * n);
+    std::vector<double> YY(size_t(rank) * rank, 0.0), N(size_t(rank) * rank), X(size_t(rank) * n);
     for (int a = 0; a < rank; ++a)
       for (int b = 0; b <= a; ++b) {
         double s = 0;
         for (int i = 0; i < m; ++i) s += d[i] * d[i] * Lc[i * n + a] * Lc[i * n + b];
-        N[a * rank + b] = s;
+        YY[a * rank + b] = s;
       }
-    for (int j = 0; j < rank; ++j) {
-      double s = N[j * rank + j];
-      for (int k = 0; k < j; ++k) s -= N[j * rank + k] * N[j * rank + k];
-      double g = std::sqrt(s);
-      N[j * rank + j] = g;
-      for (int i = j + 1; i < rank; ++i) {
-        double t = N[i * rank + j];
-        for (int k = 0; k < j; ++k) t -= N[i * rank + k] * N[j * rank + k];
-        N[i * rank + j] = t / g;
-      }
-    }
+    cholesky(rank, YY.data(), N.data());
     for (int c = 0; c < n; ++c) {
       for (int j = 0; j < rank; ++j) {
         double s = Q[j * n + c];
@@ -230,20 +240,7 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
     for (int i = 0; i < n * n; ++i) largest = std::max(largest, std::fabs(M[i]));
     for (int i = 0; i < n; ++i)
       for (int j = 0; j < i; ++j) asymmetry = std::max(asymmetry, std::fabs(M[i * n + j] - M[j * n + i]));
-    bool mass_ok = asymmetry <= std::sqrt(EPS) * largest;
-    for (int j = 0; j < n; ++j) {
-      double t = M[j * n + j];
-      for (int c = 0; c < j; ++c) t -= L[j * n + c] * L[j * n + c];
-      mass_ok = mass_ok && t > 0;
-      double g = std::sqrt(t);
-      L[j * n + j] = g;
-      for (int i = j + 1; i < n; ++i) {
-        double u = M[i * n + j];
-        for (int c = 0; c < j; ++c) u -= L[i * n + c] * L[j * n + c];
-        L[i * n + j] = u / g;
-      }
-      for (int i = 0; i < j; ++i) L[i * n + j] = 0;
-    }
+    bool mass_ok = cholesky(n, M, L.data()) && asymmetry <= std::sqrt(EPS) * largest;
     if (!mass_ok) {
       std::fill(x, x + n, NaN), std::fill(force, force + n, NaN), std::fill(lam_o, lam_o + P, NaN);
       std::fill(slide_o, slide_o + k, NaN), std::fill(mobility, mobility + k, NaN);
