@@ -41,12 +41,96 @@ bool cholesky(int n, const double* M, double* L) {
   return positive;
 }
 
-// `B⁺ᵀ` (m × n, row-major) of the rows `B` (m × n), all of them longer than the cut-off.
-// `floor`: the squared distance under which a row counts as in the span of those taken
-// (`rank_tolerance`); `cut`: `negligible`; `well`: `WELL_CONDITIONED`.
-void pinv_t(int m, int n, const double* B, double floor, double cut, double well, double* Pt) {
-  std::vector<double> d(m), U(size_t(m) * n), Q(size_t(n) * n, 0.0), Lc(size_t(m) * n, 0.0), left(m, 1.0);
-  std::vector<int> taken_at(m, -1), order;
+// The pseudo-inverse of the rows `B` (m × n, row-major, each longer than the cut-off), factored
+// once and applied to vectors: `floor` is the squared distance under which a row counts as in
+// the span of those taken (`rank_tolerance`), `cut` is `negligible`, `well` `WELL_CONDITIONED`.
+struct Pseudoinverse {
+  int m = 0, n = 0, rank = 0;
+  enum { INDEPENDENT, DEPENDENT, SVD } route = INDEPENDENT;
+  std::vector<double> d, Lc, Q, N, Pt;  // lengths, coordinates, basis, factor of Yᵀ D² Y, SVD's B⁺ᵀ
+  std::vector<int> order;
+
+  void factor(int rows, int columns, const double* B, double floor, double cut, double well);
+
+  // z = B⁺ e
+  void apply(const double* e, double* z) const {
+    std::fill(z, z + n, 0.0);
+    if (route == SVD) {
+      for (int a = 0; a < m; ++a)
+        for (int c = 0; c < n; ++c) z[c] += Pt[a * n + c] * e[a];
+      return;
+    }
+    std::vector<double> y(rank);
+    if (route == INDEPENDENT) {  // B = D G Q in the order taken: y = G⁻¹ D⁻¹ e
+      for (int j = 0; j < rank; ++j) {
+        double t = e[order[j]] / d[order[j]];
+        for (int k = 0; k < j; ++k) t -= Lc[order[j] * n + k] * y[k];
+        y[j] = t / Lc[order[j] * n + j];
+      }
+    } else {  // y = (Yᵀ D² Y)⁻¹ Yᵀ D e
+      for (int k = 0; k < rank; ++k) {
+        double t = 0;
+        for (int i = 0; i < m; ++i) t += d[i] * Lc[i * n + k] * e[i];
+        y[k] = t;
+      }
+      solve_normal(y.data());
+    }
+    for (int k = 0; k < rank; ++k)
+      for (int c = 0; c < n; ++c) z[c] += Q[k * n + c] * y[k];
+  }
+
+  // λ = B⁺ᵀ z
+  void apply_t(const double* z, double* lam) const {
+    std::fill(lam, lam + m, 0.0);
+    if (route == SVD) {
+      for (int a = 0; a < m; ++a)
+        for (int c = 0; c < n; ++c) lam[a] += Pt[a * n + c] * z[c];
+      return;
+    }
+    std::vector<double> y(rank);
+    for (int k = 0; k < rank; ++k) {
+      double t = 0;
+      for (int c = 0; c < n; ++c) t += Q[k * n + c] * z[c];
+      y[k] = t;
+    }
+    if (route == INDEPENDENT) {  // D⁻¹ G⁻ᵀ Q z
+      for (int j = rank - 1; j >= 0; --j) {
+        double t = y[j];
+        for (int k = j + 1; k < rank; ++k) t -= Lc[order[k] * n + j] * y[k];
+        y[j] = t / Lc[order[j] * n + j];
+        lam[order[j]] = y[j] / d[order[j]];
+      }
+      return;
+    }
+    solve_normal(y.data());  // D Y (Yᵀ D² Y)⁻¹ Q z
+    for (int i = 0; i < m; ++i) {
+      double t = 0;
+      for (int k = 0; k < rank; ++k) t += Lc[i * n + k] * y[k];
+      lam[i] = d[i] * t;
+    }
+  }
+
+ private:
+  // y ← (Yᵀ D² Y)⁻¹ y by its Cholesky factor N
+  void solve_normal(double* y) const {
+    for (int j = 0; j < rank; ++j) {
+      double t = y[j];
+      for (int k = 0; k < j; ++k) t -= N[j * rank + k] * y[k];
+      y[j] = t / N[j * rank + j];
+    }
+    for (int j = rank - 1; j >= 0; --j) {
+      double t = y[j];
+      for (int k = j + 1; k < rank; ++k) t -= N[k * rank + j] * y[k];
+      y[j] = t / N[j * rank + j];
+    }
+  }
+};
+
+void Pseudoinverse::factor(int rows, int columns, const double* B, double floor, double cut, double well) {
+  m = rows, n = columns, rank = 0, route = INDEPENDENT;
+  d.assign(m, 0.0), Lc.assign(size_t(m) * n, 0.0), Q.assign(size_t(n) * n, 0.0), order.clear();
+  std::vector<double> U(size_t(m) * n), left(m, 1.0);
+  std::vector<int> taken_at(m, -1);
   for (int i = 0; i < m; ++i) {
     double s = 0;
     for (int c = 0; c < n; ++c) s += B[i * n + c] * B[i * n + c];
@@ -88,7 +172,7 @@ void pinv_t(int m, int n, const double* B, double floor, double cut, double well
     taken_at[best] = j;
     order.push_back(best);
   }
-  int rank = int(order.size());
+  rank = int(order.size());
   bool exact = true;
   for (int j = 0; j < rank; ++j) {
     double g = Lc[order[j] * n + j];
@@ -106,23 +190,11 @@ void pinv_t(int m, int n, const double* B, double floor, double cut, double well
     }
     exact = s <= cut * cut;
   }
-  if (exact && !dependent) {
-    // B⁺ᵀ = D⁻¹ G⁻ᵀ Q, G the taken rows' coordinates, lower triangular in the order taken
-    std::vector<double> X(size_t(rank) * n);
-    for (int j = rank - 1; j >= 0; --j) {
-      for (int c = 0; c < n; ++c) {
-        double s = Q[j * n + c];
-        for (int k = j + 1; k < rank; ++k) s -= Lc[order[k] * n + j] * X[k * n + c];
-        X[j * n + c] = s / Lc[order[j] * n + j];
-      }
-    }
-    for (int j = 0; j < rank; ++j)
-      for (int c = 0; c < n; ++c) Pt[order[j] * n + c] = X[j * n + c] / d[order[j]];
-    return;
-  }
-  if (exact) {
-    // B = (D Y) Q: B⁺ᵀ = D Y (Yᵀ D² Y)⁻¹ Q
-    std::vector<double> YY(size_t(rank) * rank, 0.0), N(size_t(rank) * rank), X(size_t(rank) * n);
+  if (exact && !dependent) return;
+  if (exact) {  // B = (D Y) Q: B⁺ = Qᵀ (Yᵀ D² Y)⁻¹ Yᵀ D
+    route = DEPENDENT;
+    std::vector<double> YY(size_t(rank) * rank, 0.0);
+    N.assign(size_t(rank) * rank, 0.0);
     for (int a = 0; a < rank; ++a)
       for (int b = 0; b <= a; ++b) {
         double s = 0;
@@ -130,26 +202,10 @@ void pinv_t(int m, int n, const double* B, double floor, double cut, double well
         YY[a * rank + b] = s;
       }
     cholesky(rank, YY.data(), N.data());
-    for (int c = 0; c < n; ++c) {
-      for (int j = 0; j < rank; ++j) {
-        double s = Q[j * n + c];
-        for (int k = 0; k < j; ++k) s -= N[j * rank + k] * X[k * n + c];
-        X[j * n + c] = s / N[j * rank + j];
-      }
-      for (int j = rank - 1; j >= 0; --j) {
-        double s = X[j * n + c];
-        for (int k = j + 1; k < rank; ++k) s -= N[k * rank + j] * X[k * n + c];
-        X[j * n + c] = s / N[j * rank + j];
-      }
-    }
-    for (int i = 0; i < m; ++i)
-      for (int c = 0; c < n; ++c) {
-        double s = 0;
-        for (int k = 0; k < rank; ++k) s += Lc[i * n + k] * X[k * n + c];
-        Pt[i * n + c] = d[i] * s;
-      }
     return;
   }
+  route = SVD;
+  Pt.assign(size_t(m) * n, 0.0);
   // One-sided Jacobi on the rows: W = V B with orthogonal rows, B⁺ᵀ = Vᵀ diag(σ⁻²) W
   std::vector<double> W(B, B + size_t(m) * n), V(size_t(m) * m, 0.0);
   for (int i = 0; i < m; ++i) V[i * m + i] = 1.0;
@@ -214,11 +270,11 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
   const int n = int(qdims.back());
   const int P = int(bb.dimensions().back());
   const int k = int(slide_b.dimensions().back());
-  const int cols = 1 + P + k;
   const int64_t batch = int64_t(Qb.element_count()) / std::max(n, 1);
   const int p = int(p_eq);
-  std::vector<double> L(size_t(n) * n), X(size_t(n) * cols), Bact, Pt, e(P), target(P);
-  std::vector<int> active;
+  std::vector<double> L(size_t(n) * n), X, Bact, e(P), target(P);
+  Pseudoinverse pinv;
+  std::vector<int> active, column(P), friction(k);
   std::vector<double> z(n), v(n), lam(P), slide_lam(k);
   for (int64_t s = 0; s < batch; ++s) {
     const double* M = Mb.typed_data() + s * n * n;
@@ -248,12 +304,19 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
       health[0] = NaN, health[1] = 0, health[2] = NaN;
       continue;
     }
-    // X = L⁻¹ [Q | Rᵀ | K]
+    // X = L⁻¹ [Q | Rᵀ | K], of the rows only those closed and the contacts' normal ones, of K
+    // only the sliding contacts' columns
+    int cols = 1;
+    for (int j = 0; j < P; ++j) column[j] = closing[j] != 0 || (j >= p && j < p + k) ? cols++ : -1;
+    for (int j = 0; j < k; ++j) friction[j] = slide[j] != 0 ? cols++ : -1;
+    X.resize(size_t(n) * cols);
     for (int i = 0; i < n; ++i) {
       double* row = &X[size_t(i) * cols];
       row[0] = Q[i];
-      for (int j = 0; j < P; ++j) row[1 + j] = R[j * n + i];
-      for (int j = 0; j < k; ++j) row[1 + P + j] = K[i * k + j];
+      for (int j = 0; j < P; ++j)
+        if (column[j] >= 0) row[column[j]] = R[j * n + i];
+      for (int j = 0; j < k; ++j)
+        if (friction[j] >= 0) row[friction[j]] = K[i * k + j];
       for (int c = 0; c < i; ++c) {
         double l = L[i * n + c];
         if (l == 0) continue;
@@ -263,7 +326,8 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
       double g = L[i * n + i];
       for (int j = 0; j < cols; ++j) row[j] /= g;
     }
-    auto E = [&](int i, int j) { return X[size_t(i) * cols + 1 + j]; };  // (A L⁻ᵀ)ᵀ
+    auto E = [&](int i, int j) { return X[size_t(i) * cols + column[j]]; };  // (A L⁻ᵀ)ᵀ, where kept
+    auto Y = [&](int i, int j) { return X[size_t(i) * cols + friction[j]]; };  // L⁻¹ K, sliding only
     // the closed rows, and those of them above the cut-off (`gram_factor`'s `negligible`)
     double longest = 0;
     std::vector<double> norms(P, 0.0);
@@ -287,31 +351,27 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
         for (int i = 0; i < n; ++i) t += E(i, j) * X[size_t(i) * cols];
       e[j] = (closing[j] != 0 ? b[j] : 0.0) - t;  // b − A M⁻¹ Q
     }
-    Pt.assign(size_t(m) * n, 0.0);
-    if (m > 0) pinv_t(m, n, Bact.data(), floor, cut, well, Pt.data());
+    pinv.factor(m, n, Bact.data(), floor, cut, well);
     // z₀ = B⁺ e, and for each sliding contact B⁺ B yᵢ (yᵢ = L⁻¹ Kᵢ)
     std::vector<int> sliding;
     for (int i = 0; i < k; ++i)
       if (slide[i] != 0) sliding.push_back(i);
     const int ns = int(sliding.size());
-    std::vector<double> Z(size_t(n) * (1 + ns), 0.0), Lam(size_t(m) * (1 + ns), 0.0), rhs(m);
+    std::vector<double> Z(size_t(n) * (1 + ns), 0.0), Lam(size_t(m) * (1 + ns), 0.0), rhs(m), zcol(n), lcol(m);
     for (int col = 0; col <= ns; ++col) {
       for (int a = 0; a < m; ++a) {
         if (col == 0) {
           rhs[a] = e[active[a]];
         } else {
           double t = 0;
-          for (int i = 0; i < n; ++i) t += Bact[a * n + i] * X[size_t(i) * cols + 1 + P + sliding[col - 1]];
+          for (int i = 0; i < n; ++i) t += Bact[a * n + i] * Y(i, sliding[col - 1]);
           rhs[a] = t;
         }
       }
-      for (int a = 0; a < m; ++a)
-        for (int i = 0; i < n; ++i) Z[i * (1 + ns) + col] += Pt[a * n + i] * rhs[a];
-      for (int a = 0; a < m; ++a) {
-        double t = 0;
-        for (int i = 0; i < n; ++i) t += Pt[a * n + i] * Z[i * (1 + ns) + col];
-        Lam[a * (1 + ns) + col] = t;
-      }
+      pinv.apply(rhs.data(), zcol.data());
+      pinv.apply_t(zcol.data(), lcol.data());
+      for (int i = 0; i < n; ++i) Z[i * (1 + ns) + col] = zcol[i];
+      for (int a = 0; a < m; ++a) Lam[a * (1 + ns) + col] = lcol[a];
     }
     // the sliding contacts' normal forces: (I − G) λₛ = λ₀ on the sliding contacts' normal rows
     std::vector<int> row_of(P, -1);
@@ -351,7 +411,7 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
       double t = Z[i * (1 + ns)], u = 0;
       for (int c = 0; c < ns; ++c) {
         t += Z[i * (1 + ns) + 1 + c] * slide_lam[sliding[c]];
-        u += X[size_t(i) * cols + 1 + P + sliding[c]] * slide_lam[sliding[c]];
+        u += Y(i, sliding[c]) * slide_lam[sliding[c]];
       }
       z[i] = t, v[i] = t - u;
     }
@@ -381,7 +441,7 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
           double entry = E(i, j);
           frobenius += entry * entry;
           bz += entry * z[i];
-          for (int c = 0; c < ns; ++c) by += entry * X[size_t(i) * cols + 1 + P + sliding[c]] * slide_lam[sliding[c]];
+          for (int c = 0; c < ns; ++c) by += entry * Y(i, sliding[c]) * slide_lam[sliding[c]];
         }
       }
       double t = e[j] + by;
