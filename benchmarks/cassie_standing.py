@@ -14,9 +14,9 @@ its C step.
     python benchmarks/cassie_standing.py [--t1 2] [--gif cassie_standing.gif]
 
 Measured 2026-11-27 (2 cores), `--t1 2`: both stand. ukjax: SUCCESS with one event, all four
-spheres on the floor, penetration 1.1e-12 m, loops closed to 7.5e-13 m, no joint past its
-range, the contact points slipping at 1.0e-12 m/s at most; 1.9 s for the run and 22.5 s to
-compile, 0.32x MuJoCo's Python loop and 0.19x its C step. MuJoCo: 5.1 mm into the floor, loops
+spheres on the floor, penetration 6.5e-13 m, loops closed to 7.7e-13 m, no joint past its
+range, the contact points slipping at 1.0e-12 m/s at most; 1.3 s for the run and 22.5 s to
+compile, 0.47x MuJoCo's Python loop and 0.28x its C step. MuJoCo: 5.1 mm into the floor, loops
 open by 3.4 mm, the spheres creeping 1.8 mm. MuJoCo's C step is timed by `rollout` over the
 run's own states every 10 ms, the law's control held over each (the law is Python).
 """

@@ -344,8 +344,9 @@ def _basis_pinv(B: Float[Array, "p n"]) -> tuple[Float[Array, "n p"], Bool[Array
     within `rank_tolerance` (squared) of their span. With `Q` its orthonormal rows and `Y`
     every row's coordinates in them (`B̂ = Y Q`, `B = D B̂` with `D` the rows' lengths),
     `B⁺ = Qᵀ (Yᵀ D² Y)⁻¹ Yᵀ D`: the minimum-norm solutions and multipliers of an SVD
-    wherever the rows left out lie in the span, at the cost of two Cholesky factorizations of
-    at most `min(p, n)` rows (one where the rows are independent). A rank deficiency that the
+    wherever the rows left out lie in the span, at the cost of the pivoted QR factorization
+    and, where a row was left out, a Cholesky factorization of at most `min(p, n)` rows. A
+    rank deficiency that the
     structure fixes (two sticking points on one body, a box on four corners) costs no more
     than full rank; zero rows cost no step.
 
