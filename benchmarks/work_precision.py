@@ -24,6 +24,14 @@ mechanism that settles (the gripper does within 0.1 s) is judged on its motion, 
 
 Cost: wall time per simulated second per member, both simulators on every core.
 
+With contacts (`--cases contacts`): `ukjax/examples/contacts.xml` (`benchmarks/contacts.py`),
+its sphere and box launched at `--members` speeds from 0.5 to 1.5 m/s, judged against their
+closed forms after 1 s (the sphere slides, then rolls at 5/7 of the launch speed; the box
+slides to rest at v²/(2 μ g)): ukjax's Tsit5 at several tolerances, MuJoCo's default Euler
+step at several steps with the file's `solref` and with `solref` (2h, 1) on every geom and
+limit (the tightest its step allows). A point whose run failed (ukjax) or blew up (MuJoCo)
+is where its curve ends.
+
     python benchmarks/work_precision.py [--batch 32] [--members 4] [--plot docs/assets/work_precision.png]
 
 Last lines: per mechanism, MuJoCo's best error and ukjax's cost at that accuracy against
@@ -61,6 +69,7 @@ CASES = {
     "gripper": (ukjax.examples.path("gripper.xml"), None, 0.3, 1.0),
     "Cassie": (CASSIE, "home", None, 0.3),
 }
+CONTACTS = ukjax.examples.path("contacts.xml")
 RK4_STEPS = (1e-2, 5e-3, 2e-3, 1e-3, 5e-4, 2.5e-4)
 TSIT5_TOLERANCES = (1e-4, 1e-6, 1e-8, 1e-10)
 MUJOCO_STEPS = (5e-3, 2e-3, 1e-3, 5e-4, 2.5e-4, 1e-4)
@@ -194,6 +203,75 @@ def run_mujoco(mjm, ctrl, states, batch, references):
     return points
 
 
+def run_contacts(members, batch):
+    """The contact scene's points, ukjax's and MuJoCo's, as `run_ukjax`'s, and ukjax's
+    compile time: the largest distance of the sphere's and the box's x after 1 s from their
+    closed forms."""
+    from benchmarks.contacts import START, closed_forms
+
+    speeds = np.linspace(0.5, 1.5, members)
+    exact = np.stack(closed_forms(speeds), axis=1)
+    mjm = mujoco.MjModel.from_xml_path(str(CONTACTS))
+    states = []
+    for v in speeds:
+        qpos, qvel = mjm.qpos0.copy(), np.zeros(mjm.nv)
+        qpos[0], qvel[1], qvel[7] = START, v, v
+        states.append((qpos, qvel))
+
+    def worst(x):  # x: the sphere's and the box's final x, (members, 2)
+        return float(np.max(np.abs(x - exact)))
+
+    model = ukjax.models.from_mjcf(CONTACTS)
+    system = model.full_system()
+    tile = -(-batch // members)
+    q0, qd0 = (jnp.tile(jnp.stack(x), (tile, 1))[:batch] for x in zip(*(model.state_from_mujoco(*s) for s in states)))
+    points = []
+    for i, tol in enumerate(TSIT5_TOLERANCES):
+        run = lambda: jax.block_until_ready(  # noqa: E731
+            ukjax.simulate_batch(system, q0, qd0, 0.0, T, ts=jnp.array([0.0, T]), rtol=tol, atol=tol, max_steps=1 << 16)
+        )
+        if i == 0:
+            start = time.perf_counter()
+            run()
+            first = time.perf_counter() - start
+        start = time.perf_counter()
+        sol = run()
+        wall = time.perf_counter() - start
+        if i == 0:
+            compile_time = first - wall
+        final = np.asarray(sol.q[:members, -1][:, [1, 8]])
+        error = worst(final) if bool(jnp.all(sol.success[:members])) else np.inf
+        points.append(("ukjax Tsit5", f"tol {tol:.0e}", error, 1e3 * wall / (batch * T)))
+    datas = [mujoco.MjData(mjm) for _ in range(CORES)]
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    data = mujoco.MjData(mjm)
+    initial = []
+    for qpos, qvel in states:
+        data.qpos[:], data.qvel[:] = qpos, qvel
+        state = np.empty(mujoco.mj_stateSize(mjm, spec))
+        mujoco.mj_getState(mjm, data, state, spec)
+        initial.append(state)
+    initial = np.array([initial[i % members] for i in range(batch)])
+    geoms, joints = mjm.geom_solref.copy(), mjm.jnt_solref.copy()
+    for tight in (False, True):
+        for h in MUJOCO_STEPS:
+            mjm.opt.timestep = h
+            if tight:
+                mjm.geom_solref[:], mjm.jnt_solref[:] = (2 * h, 1.0), (2 * h, 1.0)
+            for d in datas:
+                for w in d.warning:
+                    w.number = 0
+            start = time.perf_counter()
+            out, _ = rollout.rollout(mjm, datas, initial, nstep=round(T / h))
+            wall = time.perf_counter() - start
+            unstable = any(w.number for d in datas for w in d.warning)
+            mjm.geom_solref[:], mjm.jnt_solref[:] = geoms, joints
+            final = out[:members, -1, 1 : 1 + mjm.nq][:, [1, 8]]
+            label = "MuJoCo Euler, solref 2h" if tight else "MuJoCo Euler, file's solref"
+            points.append((label, f"h {h * 1e3:g} ms", np.inf if unstable else worst(final), 1e3 * wall / (batch * T)))
+    return points, compile_time
+
+
 def equal_accuracy(ukjax_points, mujoco_points):
     """For each MuJoCo point, its cost over ukjax's cheapest point at least as accurate (None
     where no ukjax point is): `(label, setting, error, ratio)`."""
@@ -217,21 +295,46 @@ def plot(results, path):
         "ukjax Tsit5": ("C2", "s-"),
         "MuJoCo RK4, file's solref": ("C3", "^--"),
         "MuJoCo RK4, solref 2h": ("C1", "v--"),
+        "MuJoCo Euler, file's solref": ("C3", "^--"),
+        "MuJoCo Euler, solref 2h": ("C1", "v--"),
     }
     for ax, (name, (points, floor)) in zip(np.atleast_1d(axes), results.items()):
         for label, (color, style) in styles.items():
             xs = [(c, e) for lab, _, e, c in points if lab == label and np.isfinite(e)]
             if xs:
                 ax.loglog(*zip(*xs), style, color=color, label=label)
-        ax.axhline(floor, color="0.6", lw=0.8, ls=":", label="reference's own error")
+        if floor is not None:
+            ax.axhline(floor, color="0.6", lw=0.8, ls=":", label="reference's own error")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_title(name)
         ax.set_xlabel("wall ms per simulated s per member")
         ax.grid(True, which="both", lw=0.3)
-    np.atleast_1d(axes)[0].set_ylabel("largest body position error over 1 s [m]")
+    np.atleast_1d(axes)[0].set_ylabel("largest position error over 1 s [m]")
     np.atleast_1d(axes)[0].legend(fontsize=8)
     fig.savefig(path, dpi=110)
     print(f"plot: {path}")
+
+
+def report(name, ours, theirs, compiles, summary):
+    """Print a case's points and compile times, and add its line to `summary`."""
+    print(f"  {'':28s} {'setting':>12s} {'error [m]':>10s} {'ms per sim s':>13s}")
+    for label, setting, error, cost in ours + theirs:
+        shown = f"{error:10.1e}" if np.isfinite(error) else f"{'failed':>10s}"
+        print(f"  {label:28s} {setting:>12s} {shown} {cost:13.3g}")
+    print("  compile: " + ", ".join(f"{k} {v:.1f} s" for k, v in compiles.items()))
+    ratios = equal_accuracy(ours, theirs)
+    reached = [r for r in ratios if r[3] is not None]
+    best = min(ratios, key=lambda r: r[2])
+    if reached:
+        worst = min(reached, key=lambda r: r[3])
+        text = (
+            f"{name}: MuJoCo's best error {best[2]:.1e} m ({best[0]}, {best[1]}); equal accuracy: ukjax "
+            + (f"{best[3]:.3g}x MuJoCo there" if best[3] is not None else "does not reach it")
+            + f", at least {worst[3]:.3g}x at every MuJoCo point it reaches ({worst[0]}, {worst[1]})"
+        )
+    else:
+        text = f"{name}: ukjax reaches none of MuJoCo's errors (best {best[2]:.1e} m)"
+    summary.append(text)
 
 
 def main():
@@ -239,7 +342,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--members", type=int, default=4, help="distinct starts (each has a reference)")
-    parser.add_argument("--cases", nargs="*", default=list(CASES))
+    parser.add_argument("--cases", nargs="*", default=[*CASES, "contacts"])
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
     print(
@@ -248,6 +351,12 @@ def main():
     )
     results, summary = {}, []
     for name in args.cases:
+        if name == "contacts":
+            points, compile_time = run_contacts(args.members, args.batch)
+            print(f"\ncontacts: {CONTACTS.name}, the sphere's and the box's x after {T:g} s against their closed forms")
+            report(name, points[: len(TSIT5_TOLERANCES)], points[len(TSIT5_TOLERANCES) :], {"ukjax Tsit5": compile_time}, summary)
+            results[name] = (points, None)
+            continue
         path, keyframe, ctrl, spread = CASES[name]
         if not Path(path).exists():
             print(f"{name}: {path} not found, left out")
@@ -273,24 +382,7 @@ def main():
         refs = np.array([r for r, _ in refs])
         ours, compiles = run_ukjax(system, model, mjm, states, args.batch, refs)
         theirs = run_mujoco(mjm, ctrl, states, args.batch, refs)
-        print(f"  {'':28s} {'setting':>12s} {'error [m]':>10s} {'ms per sim s':>13s}")
-        for label, setting, error, cost in ours + theirs:
-            shown = f"{error:10.1e}" if np.isfinite(error) else f"{'failed':>10s}"
-            print(f"  {label:28s} {setting:>12s} {shown} {cost:13.3g}")
-        print("  compile: " + ", ".join(f"{k} {v:.1f} s" for k, v in compiles.items()))
-        ratios = equal_accuracy(ours, theirs)
-        reached = [r for r in ratios if r[3] is not None]
-        best = min(ratios, key=lambda r: r[2])
-        if reached:
-            worst = min(reached, key=lambda r: r[3])
-            text = (
-                f"{name}: MuJoCo's best error {best[2]:.1e} m ({best[0]}, {best[1]}); equal accuracy: ukjax "
-                + (f"{best[3]:.3g}x MuJoCo there" if best[3] is not None else "does not reach it")
-                + f", at least {worst[3]:.3g}x at every MuJoCo point it reaches ({worst[0]}, {worst[1]})"
-            )
-        else:
-            text = f"{name}: ukjax reaches none of MuJoCo's errors (best {best[2]:.1e} m)"
-        summary.append(text)
+        report(name, ours, theirs, compiles, summary)
         results[name] = (ours + theirs, floor)
     print()
     print("\n".join(summary))
