@@ -161,20 +161,25 @@ def run_ukjax(system, model, mjm, states, batch, references):
     return points, compiles
 
 
+def rollout_states(mjm, states, batch):
+    """The batch's start states as `rollout` takes them (the `states` repeated), the same at
+    every step and `solref`."""
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    data = mujoco.MjData(mjm)
+    initial = []
+    for qpos, qvel in states:
+        data.qpos[:], data.qvel[:] = qpos, qvel
+        state = np.empty(mujoco.mj_stateSize(mjm, spec))
+        mujoco.mj_getState(mjm, data, state, spec)
+        initial.append(state)
+    return np.array([initial[i % len(states)] for i in range(batch)])
+
+
 def run_mujoco(mjm, ctrl, states, batch, references):
     """MuJoCo's points, as `run_ukjax`'s, with the file's `solref` and the tightest."""
     points = []
     datas = [mujoco.MjData(mjm) for _ in range(CORES)]
-    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
-    # the members' states, as `rollout` takes them (the same at every step and `solref`)
-    start = mujoco.MjData(mjm)
-    initial = []
-    for qpos, qvel in states:
-        start.qpos[:], start.qvel[:] = qpos, qvel
-        state = np.empty(mujoco.mj_stateSize(mjm, spec))
-        mujoco.mj_getState(mjm, start, state, spec)
-        initial.append(state)
-    initial = np.array([initial[i % len(states)] for i in range(batch)])
+    initial = rollout_states(mjm, states, batch)
     for tight in (False, True):
         for h in MUJOCO_STEPS:
             mjm.opt.timestep = h
@@ -243,15 +248,7 @@ def run_contacts(members, batch):
         error = worst(final) if bool(jnp.all(sol.success[:members])) else np.inf
         points.append(("ukjax Tsit5", f"tol {tol:.0e}", error, 1e3 * wall / (batch * T)))
     datas = [mujoco.MjData(mjm) for _ in range(CORES)]
-    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
-    data = mujoco.MjData(mjm)
-    initial = []
-    for qpos, qvel in states:
-        data.qpos[:], data.qvel[:] = qpos, qvel
-        state = np.empty(mujoco.mj_stateSize(mjm, spec))
-        mujoco.mj_getState(mjm, data, state, spec)
-        initial.append(state)
-    initial = np.array([initial[i % members] for i in range(batch)])
+    initial = rollout_states(mjm, states, batch)
     geoms, joints = mjm.geom_solref.copy(), mjm.jnt_solref.copy()
     for tight in (False, True):
         for h in MUJOCO_STEPS:
@@ -310,7 +307,8 @@ def plot(results, path):
         ax.set_xlabel("wall ms per simulated s per member")
         ax.grid(True, which="both", lw=0.3)
     np.atleast_1d(axes)[0].set_ylabel("largest position error over 1 s [m]")
-    np.atleast_1d(axes)[0].legend(fontsize=8)
+    for ax in np.atleast_1d(axes):  # the contact scene's MuJoCo steps by Euler, the others by RK4
+        ax.legend(fontsize=7)
     fig.savefig(path, dpi=110)
     print(f"plot: {path}")
 
