@@ -16,7 +16,7 @@ from ._robots import kernels
 from ._simulate import DEFAULT_TOL, simulate, warn_if_started_off
 from ._solution import Solution
 from ._systems import AbstractSystem, check_state
-from ._unilateral import AbstractUnilateral, compiled
+from ._unilateral import compiled, unilaterals
 
 _AXIS = "batch"
 
@@ -168,10 +168,7 @@ def simulate_batch(
     axes = jax.tree.map(lambda axis: None if axis is None else 0, axes, is_leaf=_absent)
     per_device = -(-batch // len(devices))
     shared = not any(axis is not None for axis in jax.tree.leaves(axes, is_leaf=_absent))
-    unilateral = lambda x: isinstance(x, AbstractUnilateral)  # noqa: E731
-    if devices[0].platform == "cpu" and compiled(q0.dtype, "cpu") and any(
-        unilateral(x) for x in jax.tree.leaves(system, is_leaf=unilateral)
-    ):
+    if devices[0].platform == "cpu" and compiled(q0.dtype, "cpu") and unilaterals(system):
         # With contacts and limits, one member at a time: in a batch the members step in
         # lockstep, each event pass lasting until every member's stretch has ended, and the
         # contact kernel solves the lanes one by one, the waiting ones too. Measured on 2

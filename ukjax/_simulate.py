@@ -16,7 +16,7 @@ from ._projection import drift_step
 from ._solution import MESSAGES, Solution, Status, final_status
 from ._stepping import RK4, Projecting, StopAtFault, integrate, loop_kind
 from ._systems import AbstractSystem, check_state
-from ._unilateral import AbstractUnilateral, check_coefficients
+from ._unilateral import check_coefficients, unilaterals
 
 # rtol and atol of `simulate` unless given
 DEFAULT_TOL = 1e-8
@@ -111,10 +111,9 @@ def simulate(
     if adaptive and isinstance(solver, RK4):
         raise ValueError("ukjax.RK4 has no error estimate: use it with adaptive=False and dt0.")
     # read from the system's structure: no trace of its rows for every call
-    unilateral = lambda x: isinstance(x, AbstractUnilateral)  # noqa: E731
-    unilaterals = [x for x in jax.tree.leaves(system, is_leaf=unilateral) if unilateral(x)]
-    events = bool(unilaterals)
-    for x in unilaterals:  # as built, or as edited since (`eqx.tree_at`)
+    found = unilaterals(system)
+    events = bool(found)
+    for x in found:  # as built, or as edited since (`eqx.tree_at`)
         check_coefficients(x)
     if events and type(system).solve is not AbstractSystem.solve:
         raise NotImplementedError(

@@ -304,6 +304,12 @@ def solve_modes(
     )
 
 
+def unilaterals(system) -> list[AbstractUnilateral]:
+    """The unilateral constraints anywhere in `system`, read from its structure (no trace)."""
+    unilateral = lambda x: isinstance(x, AbstractUnilateral)  # noqa: E731
+    return [x for x in jax.tree.leaves(system, is_leaf=unilateral) if unilateral(x)]
+
+
 def compiled(dtype, platform: str) -> bool:
     """Whether the contact solve at fixed modes runs on its compiled kernel
     (`_contact_solve.cc`) for arrays of `dtype` on `platform`: float64 on a CPU, the kernels
