@@ -125,6 +125,19 @@ def reference(mjm, ctrl, qpos, qvel, tolerance):
     return body_positions(mjm, sol.y[: mjm.nq].T), sol.nfev
 
 
+def timed(run, first):
+    """`run()`'s result and wall time, and where `first`, its compile time too: the first
+    call's time less the second's (None elsewhere)."""
+    if first:
+        start = time.perf_counter()
+        run()
+        first = time.perf_counter() - start
+    start = time.perf_counter()
+    result = run()
+    wall = time.perf_counter() - start
+    return result, wall, first - wall if first else None
+
+
 def run_ukjax(system, model, mjm, states, batch, references):
     """ukjax's points: (label, setting, error, ms per simulated s per member), and the
     compile time of each solver's program."""
@@ -145,15 +158,9 @@ def run_ukjax(system, model, mjm, states, batch, references):
             run = lambda: jax.block_until_ready(  # noqa: E731
                 ukjax.simulate_batch(system, q0, qd0, 0.0, T, ts=SAVES, **options)
             )
+            sol, wall, first = timed(run, i == 0)
             if i == 0:
-                start = time.perf_counter()
-                run()
-                first = time.perf_counter() - start
-            start = time.perf_counter()
-            sol = run()
-            wall = time.perf_counter() - start
-            if i == 0:
-                compiles[label] = first - wall
+                compiles[label] = first
             members = slice(0, len(states))
             qpos = np.asarray(to_mujoco(sol.q[members], sol.qd[members])[0])
             worst = error(mjm, qpos, references) if bool(jnp.all(sol.success[members])) else np.inf
@@ -235,15 +242,9 @@ def run_contacts(members, batch):
         run = lambda: jax.block_until_ready(  # noqa: E731
             ukjax.simulate_batch(system, q0, qd0, 0.0, T, ts=jnp.array([0.0, T]), rtol=tol, atol=tol, max_steps=1 << 16)
         )
+        sol, wall, first = timed(run, i == 0)
         if i == 0:
-            start = time.perf_counter()
-            run()
-            first = time.perf_counter() - start
-        start = time.perf_counter()
-        sol = run()
-        wall = time.perf_counter() - start
-        if i == 0:
-            compile_time = first - wall
+            compile_time = first
         final = np.asarray(sol.q[:members, -1][:, [1, 8]])
         error = worst(final) if bool(jnp.all(sol.success[:members])) else np.inf
         points.append(("ukjax Tsit5", f"tol {tol:.0e}", error, 1e3 * wall / (batch * T)))

@@ -272,7 +272,7 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
   const int k = int(slide_b.dimensions().back());
   const int64_t batch = int64_t(Qb.element_count()) / std::max(n, 1);
   const int p = int(p_eq);
-  std::vector<double> L(size_t(n) * n), X, Bact, e(P), target(P);
+  std::vector<double> L(size_t(n) * n), X, Bact, e(P);
   Pseudoinverse pinv;
   std::vector<int> active, column(P), friction(k);
   std::vector<double> z(n), v(n), lam(P), slide_lam(k);
