@@ -14,7 +14,6 @@ import pytest
 
 import ukjax
 from ukjax import models
-from ukjax._native import built
 from ukjax._robots import kernels
 
 pytestmark = pytest.mark.xdist_group("kernels")
@@ -84,9 +83,13 @@ def _driven(xml):
 
 @pytest.fixture(scope="module")
 def loops():
-    if not built():
-        pytest.skip("no C++ compiler builds the kernel on this machine (the XLA route runs instead)")
-    return _driven(EVERY_KIND)
+    system, q0 = _driven(EVERY_KIND)
+    if kernels.runs(system, jnp.float64, jax.default_backend()) is None:
+        pytest.skip("no compiler builds the kernel for this device (the XLA route runs instead)")
+    return system, q0
+
+
+_CHUNKS = "ukjax_tree_32" if jax.default_backend() == "cpu" else "ukjax_tree_1"
 
 
 def _states(q0, members, seed):
@@ -121,13 +124,22 @@ def test_kernel_matches_the_xla_route(loops):
     )
     for each in (system, scalar, per_row):
         assert kernels.covered(each) is not None
-        assert "ukjax_tree_32" in _both_routes.lower(each, q, qd).as_text()  # the kernel runs
+        # the kernel runs: on a CPU its build of chunks, on a GPU the GPU's
+        assert _CHUNKS in _both_routes.lower(each, q, qd).as_text()
         kernel, xla = _both_routes(each, q, qd)
         assert _relative(kernel.acceleration, xla.acceleration) < 1e-11
         force = float(jnp.max(jnp.abs(xla.constraint_force))) if force is None else force
         assert float(jnp.max(jnp.abs(kernel.constraint_force - xla.constraint_force))) < 1e-11 * force
         assert bool(jnp.all(kernel.mass_ok)) and bool(jnp.all(xla.mass_ok))
         assert float(jnp.max(kernel.inconsistency)) < 1e-12
+    # the build of one lane on the whole batch: the members one by one in the work space's
+    # layout on a GPU (member m's k-th value at k × B + m), the GPU's code compiled for the CPU
+    parts = kernels.covered(system)
+    outside = jax.vmap(lambda q, qd: kernels._outside(parts, 0.0, q, qd))(q, qd)
+    acceleration, force, _ = kernels._call(parts, q, qd, outside, lanes=1)
+    xla = _both_routes(system, q, qd)[1]
+    assert _relative(acceleration, xla.acceleration) < 1e-11
+    assert float(jnp.max(jnp.abs(force - xla.constraint_force))) < 1e-11 * float(jnp.max(jnp.abs(xla.constraint_force)))
     # one state: the kernel built for one lane
     single = jax.jit(lambda q, qd: (kernels.solve(system, 0.0, q, qd), system.solve(0.0, q, qd)))
     assert "ukjax_tree_1" in single.lower(q[0], qd[0]).as_text()

@@ -1,10 +1,11 @@
 """ukjax's compiled C++ kernels: built once per machine and source with the system's C++
 compiler (`CXX`, default `g++`) into `~/.cache/ukjax/kernels` (`XDG_CACHE_HOME` moves it), and
-registered as XLA FFI targets for the CPU. `UKJAX_KERNELS=0` turns them off for the programs
-traced after it is set.
+registered as XLA FFI targets for the CPU; the tree kernel also with CUDA's compiler for an
+NVIDIA GPU (`built_cuda`), where JAX runs on one. `UKJAX_KERNELS=0` turns them off for the
+programs traced after it is set.
 
 - `_robots/kernels.cc`: the U-K solve of a rigid-body tree (`_robots/kernels.py`), built for
-  chunks of `LANES` states and for one.
+  chunks of `LANES` states and for one, and for a GPU.
 - `_contact_solve.cc`: the linear algebra of a contact solve at fixed modes
   (`_unilateral.solve_modes`).
 """
@@ -14,6 +15,7 @@ import functools
 import hashlib
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,73 +54,105 @@ def _processor() -> str:
     return platform.processor()
 
 
+def _build(compiler: str, command: list[str], sources: tuple[Path, ...], variants: dict[str, list[str]], identity: str):
+    """The libraries that `command` builds from `sources`, one per variant (its extra flags), in
+    the cache (built there once per machine, sources, JAX and command), loaded."""
+    key = hashlib.sha256(
+        "\0".join(["\0".join(source.read_text() for source in sources), jax.__version__, " ".join(command), identity]).encode()
+    ).hexdigest()[:16]
+    directory = _cache_dir()
+    libraries = {name: directory / f"kernels-{key}-{name}.so" for name in variants}
+    if not all(library.exists() for library in libraries.values()):
+        print(f"ukjax: compiling its kernels with {compiler}, once, into {directory} ...", file=sys.stderr, flush=True)
+        # built aside and renamed into place: processes building at once never load half a file
+        with tempfile.TemporaryDirectory(dir=directory) as scratch:
+            builds = {
+                name: subprocess.Popen(
+                    [*command, *flags, *(str(source) for source in sources), "-o", str(Path(scratch) / libraries[name].name)],
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                for name, flags in variants.items()
+            }
+            for name, build in builds.items():
+                _, errors = build.communicate()  # read while waiting: a full pipe would stall it
+                if build.returncode:
+                    raise subprocess.CalledProcessError(build.returncode, command, stderr=errors)
+                os.replace(Path(scratch) / libraries[name].name, libraries[name])
+    return {name: ctypes.cdll.LoadLibrary(str(library)) for name, library in libraries.items()}
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, subprocess.CalledProcessError):
+        return (error.stderr or "").strip()[-1000:] or f"exit status {error.returncode}"
+    return str(error)
+
+
 @functools.cache
 def built() -> bool:
-    """Build the kernels (once per machine, source, JAX and compiler), for chunks of `LANES`
+    """Build the CPU kernels (once per machine, source, JAX and compiler), for chunks of `LANES`
     states and for one, and register them as FFI targets; False, with a warning that says why,
     where that fails."""
     compiler = os.environ.get("CXX", "g++")
-    command = [
-        compiler,
-        "-O3",
-        "-march=native",
-        "-std=c++17",
-        "-shared",
-        "-fPIC",
-        f"-I{jax.ffi.include_dir()}",
-    ]
-    key = hashlib.sha256(
-        "\0".join(
-            ["\0".join(source.read_text() for source in _SOURCES), jax.__version__, " ".join(command), platform.machine(), _processor()]
-        ).encode()
-    ).hexdigest()[:16]
-    directory = _cache_dir()
-    libraries = {lanes: directory / f"kernels-{key}-{lanes}.so" for lanes in (LANES, 1)}
+    command = [compiler, "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", f"-I{jax.ffi.include_dir()}"]
     try:
-        if not all(library.exists() for library in libraries.values()):
-            print(
-                f"ukjax: compiling its kernels for this machine, once, into {directory} ...",
-                file=sys.stderr,
-                flush=True,
-            )
-            # built aside and renamed into place: processes building at once never load half a file
-            with tempfile.TemporaryDirectory(dir=directory) as scratch:
-                builds = {
-                    lanes: subprocess.Popen(
-                        [
-                            *command,
-                            f"-DUKJAX_LANES={lanes}",
-                            *(str(source) for source in _SOURCES),
-                            "-o",
-                            str(Path(scratch) / library.name),
-                        ],
-                        stderr=subprocess.PIPE,
-                        text=True,
-                    )
-                    for lanes, library in libraries.items()
-                }
-                for lanes, build in builds.items():
-                    _, errors = build.communicate()  # read while waiting: a full pipe would stall it
-                    if build.returncode:
-                        raise subprocess.CalledProcessError(build.returncode, command, stderr=errors)
-                    os.replace(Path(scratch) / libraries[lanes].name, libraries[lanes])
-        handles = {lanes: ctypes.cdll.LoadLibrary(str(library)) for lanes, library in libraries.items()}
+        handles = _build(
+            compiler,
+            command,
+            _SOURCES,
+            {str(lanes): [f"-DUKJAX_LANES={lanes}"] for lanes in (LANES, 1)},
+            f"{platform.machine()} {_processor()}",
+        )
     except (OSError, subprocess.CalledProcessError) as error:
-        if isinstance(error, subprocess.CalledProcessError):
-            reason = error.stderr.strip()[-1000:] or f"exit status {error.returncode}"
-        else:
-            reason = error
         warnings.warn(
-            f"ukjax could not build its kernels with {compiler!r} ({reason}). Robot trees and contact "
+            f"ukjax could not build its kernels with {compiler!r} ({_reason(error)}). Robot trees and contact "
             "solves run on the XLA route, several times slower and longer to compile; set CXX to a "
             "C++17 compiler, or UKJAX_KERNELS=0 to choose the XLA route.",
             RuntimeWarning,
             stacklevel=2,
         )
         return False
-    for lanes, handle in handles.items():
-        jax.ffi.register_ffi_target(tree_target(lanes), jax.ffi.pycapsule(handle.UkTree), platform="cpu")
-    jax.ffi.register_ffi_target(CONTACT_SOLVE, jax.ffi.pycapsule(handles[1].UkContactSolve), platform="cpu")
+    for lanes in (LANES, 1):
+        jax.ffi.register_ffi_target(tree_target(lanes), jax.ffi.pycapsule(handles[str(lanes)].UkTree), platform="cpu")
+    jax.ffi.register_ffi_target(CONTACT_SOLVE, jax.ffi.pycapsule(handles["1"].UkContactSolve), platform="cpu")
+    return True
+
+
+@functools.cache
+def built_cuda() -> bool:
+    """Build the tree kernel for this machine's NVIDIA GPU with CUDA's compiler (`NVCC`, default
+    `nvcc` on the path or in `/usr/local/cuda/bin`), once per GPU model, source and JAX, and
+    register it for the CUDA platform under the target of the CPU's build of one lane, whose
+    layout it shares; False, with one warning that says why, where that fails (the XLA route
+    runs)."""
+    compiler = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    command = [
+        compiler,
+        "-O3",
+        "-std=c++17",
+        "-arch=native",
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        "-x",
+        "cu",
+        "-DUKJAX_CUDA",
+        f"-I{jax.ffi.include_dir()}",
+    ]
+    try:
+        device = jax.devices("gpu")[0]
+        if "rocm" in device.client.platform_version.lower():
+            raise OSError(f"the GPU is not an NVIDIA one ({device.client.platform_version})")
+        handles = _build(compiler, command, _SOURCES[:1], {"cuda": []}, device.device_kind)
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
+        warnings.warn(
+            f"ukjax could not build its tree kernel for this GPU with {compiler!r} ({_reason(error)}). "
+            "Robot trees run on the XLA route there; set NVCC to CUDA's compiler.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
+    jax.ffi.register_ffi_target(tree_target(1), jax.ffi.pycapsule(handles["cuda"].UkTreeCuda), platform="CUDA")
     return True
 
 

@@ -7,15 +7,15 @@ acceleration 59–67 µs per member under `vmap`, the machine's arithmetic allow
 as the minor axis of every value: 4–7 µs per member on Cassie. What it does not model is
 evaluated in XLA and handed to it (`covered`).
 
-It is built by `_native` (once per machine and source), for one state and for chunks of
-`LANES`, and runs wherever `simulate` solves a covered system on a CPU in float64: one call per state,
-and under `jax.vmap` (`simulate_batch`) one per batch. Derivatives, members with parameters of
-their own, other devices and a machine without a compiler take the XLA route
-(`system.solve`). `UKJAX_KERNELS=0` chooses the XLA route for the programs traced after it is
-set.
+The same source is built for an NVIDIA GPU with CUDA's compiler, one thread per member (on an
+H200, 2026-11-27: see `benchmarks/gpu.py`). It is built by `_native` (once per machine and
+source), and runs wherever `simulate` solves a covered system in float64 on a CPU or an NVIDIA
+GPU: one call per state, and under `jax.vmap` (`simulate_batch`) one per batch. Derivatives,
+members with parameters of their own, other devices and a machine without a compiler take
+the XLA route (`system.solve`). `UKJAX_KERNELS=0` chooses the XLA route for the programs traced
+after it is set.
 """
 
-import functools
 from typing import NamedTuple
 
 import equinox as eqx
@@ -27,7 +27,7 @@ from jaxtyping import Array, Float
 from .._constraints import AbstractConstraint, Baumgarte, stack_rows
 from .._core import UKSolution
 from .._linalg import negligible, rank_tolerance
-from .._native import LANES, built, enabled, tree_target
+from .._native import LANES, built, built_cuda, enabled, tree_target
 from .._systems import AbstractSystem, ConstrainedSystem, Forced
 from .._unilateral import AbstractUnilateral
 from .actuators import Actuated
@@ -35,6 +35,7 @@ from .equalities import Connect
 from .tree import NORM_GAINS, RigidBodyTree
 
 _KINDS = {"hinge": 0, "slide": 1, "ball": 2, "free": 3}
+_BUILDS = {"cpu": built, "gpu": built_cuda}
 
 
 class Parts(NamedTuple):
@@ -101,37 +102,103 @@ def _outside(parts: Parts, t, q, qd):
     return total, rows.A, rows.b if parts.stabilization is None else parts.stabilization.apply(rows)
 
 
-def runs(system, dtype) -> Parts | None:
-    """`covered(system)` where the kernel runs for it with states of `dtype`: every array of
-    the system and the states in float64, the kernel not turned off (`UKJAX_KERNELS=0`) and
-    built."""
+def runs(system, dtype, platform: str = "cpu") -> Parts | None:
+    """`covered(system)` where the kernel runs for it with states of `dtype` on `platform`
+    (`"cpu"` or `"gpu"`, as `jax.default_backend()` names them): every array of the system and
+    the states in float64, the kernel not turned off (`UKJAX_KERNELS=0`) and built for the
+    platform."""
     parts = covered(system)
     dtypes = {x.dtype for x in jax.tree.leaves(system) if eqx.is_inexact_array(x)} | {jnp.dtype(dtype)}
-    if parts is None or dtypes != {jnp.dtype(jnp.float64)} or not enabled():
+    if parts is None or dtypes != {jnp.dtype(jnp.float64)} or not enabled() or platform not in _BUILDS:
         return None
-    return parts if built() else None
+    return parts if _BUILDS[platform]() else None
 
 
-def _call(parts: Parts, q: Float[Array, "B n"], qd: Float[Array, "B n"], outside=None):
+def _structure(tree: RigidBodyTree, connects: tuple[Connect, ...]) -> np.ndarray:
+    """The tree's structure as `kernels.cc` reads it (`Section`): its sections one after another,
+    after the places where each starts and the last ends."""
+    kinds = [_KINDS[kind] for kind in tree.joint_kinds]
+    n = int(sum({0: 1, 1: 1, 2: 4, 3: 7}[kind] for kind in kinds))
+    parents = [int(i) for i in tree.parents]
+    # per coordinate: its body and joint, its index within the joint
+    body, joint, index = [0] * n, [0] * n, [0] * n
+    for j, (b, kind, first) in enumerate(zip(tree.joint_bodies, kinds, tree.joint_coordinates)):
+        for i in range({2: 4, 3: 7}.get(kind, 1)):
+            body[first + i], joint[first + i], index[first + i] = int(b), j, i
+    quaternions = [first + (3 if kind == 3 else 0) for kind, first in zip(kinds, tree.joint_coordinates) if kind >= 2]
+    # the coordinates' tree: a body's first coordinate hangs from the last one at or above its
+    # parent, the others from the coordinate before them
+    below = [-1] * len(parents)
+    for c in range(n):
+        below[body[c]] = c
+    for i, parent in enumerate(parents):
+        if below[i] < 0 and parent >= 0:
+            below[i] = below[parent]
+    coordinate_parents = [
+        c - 1 if c > 0 and body[c - 1] == body[c] else (below[parents[body[c]]] if parents[body[c]] >= 0 else -1)
+        for c in range(n)
+    ]
+
+    def ancestors(parent):
+        lists = []
+        for c in range(n):
+            chain, a = [], parent[c]
+            while a >= 0:
+                chain, a = chain + [a], parent[a]
+            lists.append(chain)
+        return lists
+
+    def chain_of(i):
+        while i >= 0:
+            yield i
+            i = parents[i]
+
+    # "before" a coordinate: the motion of its body's parent and of its body's earlier joints (a
+    # free joint's translations come before its rotation; a quaternion's coordinates are one motion)
+    def group(c):
+        return 2 * joint[c] + (kinds[joint[c]] == 3 and index[c] >= 3)
+
+    free = [0] * len(parents)
+    for b, kind in zip(tree.joint_bodies, kinds):
+        free[int(b)] |= kind == 3
+    sections = [
+        parents,
+        [int(b) for b in tree.joint_bodies],
+        kinds,
+        [int(c) for c in tree.joint_coordinates],
+        [int(d) for d in tree.joint_dofs],
+        [tree.body_index(name) for c in connects for name in (c.body1, c.body2)],
+        body,
+        free,
+        quaternions,
+    ]
+    # M is factored following the coordinates' tree, or densely where tendons couple branches
+    solve_parents = list(range(-1, n - 1)) if tree.tendon_armature.shape[0] else coordinate_parents
+    for lists in (
+        ancestors(coordinate_parents),
+        ancestors(solve_parents),
+        [[c for c in range(n) if body[c] in set(chain_of(i))] for i in range(len(parents))],
+        [[l for l in range(n) if body[l] == body[c] and group(l) < group(c)] for c in range(n)],
+    ):
+        sections += [np.cumsum([0] + [len(x) for x in lists]), [a for x in lists for a in x]]
+    starts = np.cumsum([len(sections) + 1] + [len(x) for x in sections])
+    return np.concatenate([starts, *(np.asarray(x, dtype=np.int64) for x in sections)]).astype(np.int64)
+
+
+def _call(parts: Parts, q: Float[Array, "B n"], qd: Float[Array, "B n"], outside=None, lanes=None):
     """The kernel on `B` states, the batch first as `vmap` holds it, handed `outside = (F, A,
     b)`, shapes (B, n), (B, r, n), (B, r), as `_outside` gives them under `vmap` (default:
-    nothing): `(q̈, constraint force)`, (B, n) each, and `(inconsistency, mass fault)`, (B, 2)."""
+    nothing): `(q̈, constraint force)`, (B, n) each, and `(inconsistency, mass fault)`, (B, 2).
+    `lanes` picks the build: by default chunks of `LANES` for a batch on a CPU, else the build
+    of one lane, which on a CPU runs the members one by one in the GPU's layout."""
     B, n = q.shape
     if outside is None:
         outside = (jnp.zeros_like(q), jnp.zeros((B, 0, n), q.dtype), jnp.zeros((B, 0), q.dtype))
-    lanes = 1 if B == 1 else LANES
+    if lanes is None:
+        lanes = LANES if B > 1 and jax.default_backend() == "cpu" else 1
     size = -(-B // lanes) * lanes
     q, qd, *outside = (jnp.concatenate([x, jnp.repeat(x[-1:], size - B, 0)]) for x in (q, qd, *outside))
     tree, connects = parts.tree, parts.connects
-    i64 = functools.partial(np.asarray, dtype=np.int64)
-    structure = (
-        i64(tree.parents),
-        i64(tree.joint_bodies),
-        i64([_KINDS[kind] for kind in tree.joint_kinds]),
-        i64(tree.joint_coordinates),
-        i64(tree.joint_dofs),
-        i64([[tree.body_index(c.body1), tree.body_index(c.body2)] for c in connects]).reshape(-1, 2),
-    )
     anchors = [jnp.stack([c.anchor1, c.anchor2]) for c in connects]
     parameters = (
         tree.body_positions,
@@ -155,7 +222,7 @@ def _call(parts: Parts, q: Float[Array, "B n"], qd: Float[Array, "B n"], outside
         if parts.stabilization is None
         else jnp.stack([parts.stabilization.alpha, parts.stabilization.beta]),
     )
-    p = len(tree._quaternions()) + 3 * len(connects) + outside[1].shape[0]
+    p = len(tree._quaternions()) + 3 * len(connects) + outside[2].shape[1]
     outputs = (
         jax.ShapeDtypeStruct((size, n), q.dtype),
         jax.ShapeDtypeStruct((size, n), q.dtype),
@@ -163,7 +230,7 @@ def _call(parts: Parts, q: Float[Array, "B n"], qd: Float[Array, "B n"], outside
     )
     alpha, beta = NORM_GAINS
     results = jax.ffi.ffi_call(tree_target(lanes), outputs)(
-        *structure,
+        _structure(tree, tuple(connects)),
         *(x.astype(q.dtype) for x in parameters),
         q,
         qd,
@@ -172,6 +239,7 @@ def _call(parts: Parts, q: Float[Array, "B n"], qd: Float[Array, "B n"], outside
         beta=np.float64(beta),
         floor=np.float64(rank_tolerance(max(p, 1), q.dtype)),
         zero_row=np.float64(negligible(p, n, q.dtype) ** 2),
+        p=np.int64(p),
     )
     return tuple(x[:B] for x in results)
 
@@ -231,9 +299,9 @@ def _solve_jvp(primals, tangents):
 
 def solve(system, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> UKSolution:
     """`system.solve(t, q, qd)`, by the compiled kernel where it runs for `system` (`runs`) on
-    a CPU: for one state, and under `jax.vmap` once for the whole batch. Derivatives come
-    from the XLA route."""
-    if jax.default_backend() != "cpu" or qd.dtype != q.dtype or runs(system, q.dtype) is None:
+    the default backend, a CPU or an NVIDIA GPU: for one state, and under `jax.vmap` once for
+    the whole batch. Derivatives come from the XLA route."""
+    if qd.dtype != q.dtype or runs(system, q.dtype, jax.default_backend()) is None:
         return system.solve(t, q, qd)
     acceleration, force, (inconsistency, fault) = _solve(system, t, q, qd)
     return UKSolution(acceleration, force, inconsistency, fault == 0, jnp.array(True))

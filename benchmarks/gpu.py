@@ -1,0 +1,120 @@
+"""Robots on a GPU: ukjax's tree kernel (`ukjax/_robots/kernels.cc` built for CUDA) against
+ukjax's XLA route on the same GPU, MJX and MuJoCo Warp where installed, and MuJoCo's `rollout`
+on every host core as the baseline. The cases of `ukjax bench` (`ukjax/_bench.py`: same files,
+RK4 at 1 ms, limits off in MuJoCo): Cassie, the gripper of `examples/gripper.xml`, the
+coordinated robots [3] (ukjax's own model, which the kernel does not cover, and the same chain
+read from its MJCF, which it does); and the contact scene `examples/contacts.xml` (1 s, adaptive;
+its solve runs on the XLA route on a GPU).
+
+Columns: members, M steps/s (member-steps per second of wall clock, after compiling), the ratio
+to MuJoCo's `rollout`, ukjax's compile time (the first call's time beyond a compiled call's), and
+the largest loop-closure violation over the run (ukjax: `sol.phi` every 10th step).
+
+    python benchmarks/gpu.py [--batches 1024,16384,65536] [--steps 200] [--xla-batch 16384]
+                             [--mujoco-batch 4096] [--contacts-batch 0]
+"""
+
+import argparse
+import contextlib
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import ukjax  # noqa: E402
+from ukjax import _bench, models  # noqa: E402
+
+from benchmarks import contacts  # noqa: E402
+
+
+@contextlib.contextmanager
+def xla_route():
+    """The programs traced inside run on the XLA route (`UKJAX_KERNELS=0`); compiled programs
+    are dropped on the way in and out, for a traced program does not see the variable change."""
+    before = os.environ.get("UKJAX_KERNELS")
+    os.environ["UKJAX_KERNELS"] = "0"
+    jax.clear_caches()
+    try:
+        yield
+    finally:
+        os.environ.pop("UKJAX_KERNELS") if before is None else os.environ.update(UKJAX_KERNELS=before)
+        jax.clear_caches()
+
+
+def coordinated_mjcf():
+    """The coordinated robots [3] read from their MJCF by `models.from_mjcf` (a tree with one
+    `connect`: the kernel covers it), from the paper's start as MuJoCo runs it."""
+    name, _, _, xml, qpos, ctrl, violation = _bench.coordinated()
+    m = models.from_mjcf(xml)
+    system = ukjax.ConstrainedSystem(m.system, m.constraints)
+    return f"{name}, MJCF", system, jnp.asarray(qpos), xml, qpos, ctrl, violation
+
+
+def row(case, route, batch, rate, baseline, compile_s=None, violation=None, failed=None):
+    compiled = "" if compile_s is None else f"{compile_s:8.1f}"
+    closure = "" if violation is None else f"{violation:10.1e}"
+    outcome = "" if not failed else "  not finished: " + ", ".join(f"{n} {k}" for n, k in failed.items())
+    print(
+        f"{case:32s} {route:14s} {batch:>8d} {rate / 1e6:10.3f} {rate / baseline:8.2f} {compiled:>8s} {closure:>10s}{outcome}",
+        flush=True,
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", default="1024,16384,65536", help="members of the kernel's batches")
+    parser.add_argument("--steps", type=int, default=200, help="RK4 steps of 1 ms per member")
+    parser.add_argument("--xla-batch", type=int, default=16384, help="members of the XLA route's batch (0: left out)")
+    parser.add_argument("--mujoco-batch", type=int, default=4096, help="members of MuJoCo's `rollout`")
+    parser.add_argument("--mjx-batch", type=int, default=4096, help="members of MJX's batch (0: left out)")
+    parser.add_argument("--contacts-batch", type=int, default=0, help="members of the contact scene (0: left out)")
+    args = parser.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    import mujoco
+
+    device = jax.devices()[0]
+    print(
+        f"{device.device_kind} ({jax.default_backend()}); {_bench.CORES} host cores; jax {jax.__version__}, "
+        f"mujoco {mujoco.__version__}; float64 (MuJoCo's own float64 on the host); RK4, dt {_bench.DT} s, "
+        f"{args.steps} steps (the XLA route {args.steps // 2})"
+    )
+    try:
+        import mujoco_warp  # noqa: F401
+
+        print("(MuJoCo Warp is installed, but this script does not drive it yet: left out)")
+    except ImportError:
+        print("(MuJoCo Warp left out: `mujoco_warp` is not installed)")
+    print(f"{'case':32s} {'simulator':14s} {'members':>8s} {'M steps/s':>10s} {'ratio':>8s} {'compile':>8s} {'violation':>10s}")
+    cases = [_bench.cassie(), _bench.gripper(), _bench.coordinated(), coordinated_mjcf()]
+    for name, system, q0, xml, qpos, ctrl, violation in cases:
+        baseline, mj_violation = _bench.run_mujoco(xml, qpos, ctrl, args.mujoco_batch, args.steps, violation)
+        row(name, "mujoco rollout", args.mujoco_batch, baseline, baseline, violation=mj_violation)
+        if args.mjx_batch:
+            mjx = _bench.peer(name, "mjx", _bench.run_mjx, xml, qpos, ctrl, args.mjx_batch, args.steps, violation)
+            if mjx is not None:
+                row(name, "mjx", args.mjx_batch, mjx[0], baseline, violation=mjx[1])
+        covered = ukjax._robots.kernels.runs(system, q0.dtype, jax.default_backend()) is not None
+        for batch in batches:
+            rate, worst, compile_s, failed = _bench.run_ukjax(system, q0, batch, args.steps)
+            row(name, "ukjax kernel" if covered else "ukjax XLA", batch, rate, baseline, compile_s, worst, failed)
+        if covered and args.xla_batch:
+            with xla_route():
+                rate, worst, compile_s, failed = _bench.run_ukjax(system, q0, args.xla_batch, args.steps // 2)
+            row(name, "ukjax XLA", args.xla_batch, rate, baseline, compile_s, worst, failed)
+    if args.contacts_batch:
+        speeds = np.linspace(0.5, 2.0, args.contacts_batch)
+        start = time.perf_counter()
+        result = contacts.run_ukjax(speeds)
+        print(
+            f"{'contacts.xml, 1 s, contacts':32s} {'ukjax XLA':14s} {args.contacts_batch:>8d} "
+            f"{result['rate']:10.1f} member-s/s, compile {result['compile']:.1f} s, penetration "
+            f"{result['penetration']:.1e} m, all SUCCESS: {result['success']} ({time.perf_counter() - start:.0f} s)"
+        )
+
+
+if __name__ == "__main__":
+    main()
