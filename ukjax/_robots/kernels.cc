@@ -744,7 +744,7 @@ static ffi::Error UkTreeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scra
   const int64_t B = qpos.dimensions()[0];
   Carver sizing{nullptr, B, 0};
   Work<double>(sizing, a);
-  auto space = scratch.Allocate(sizing.used, 256);
+  auto space = scratch.Allocate(sizing.used, 64);
   if (!space) return ffi::Error::Internal("ukjax: no GPU memory for the tree kernel's work space");
   const int threads = 128;
   tree_kernel<<<unsigned((B + threads - 1) / threads), threads, 0, stream>>>(a, static_cast<char*>(*space), B);
