@@ -738,25 +738,29 @@ __global__ void tree_kernel(Args a, char* space, int64_t B) {
   member<double>(a, Work<double>(carver, a), m);
 }
 
-static ffi::Error UkTreeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, UKJAX_TREE_ARGUMENTS) {
+static ffi::Error UkTreeCudaImpl(cudaStream_t stream, UKJAX_TREE_ARGUMENTS) {
   Args a = arguments(UKJAX_TREE_CALL);
   a.p = int(p);
   const int64_t B = qpos.dimensions()[0];
   Carver sizing{nullptr, B, 0};
   Work<double>(sizing, a);
-  auto space = scratch.Allocate(sizing.used, 64);
-  if (!space) return ffi::Error::Internal("ukjax: no GPU memory for the tree kernel's work space");
-  const int threads = 128;
-  tree_kernel<<<unsigned((B + threads - 1) / threads), threads, 0, stream>>>(a, static_cast<char*>(*space), B);
-  cudaError_t error = cudaGetLastError();
+  // from the stream's memory pool, freed in the stream's order after the kernel (XLA's scratch
+  // allocator refused it on jax 0.11.2)
+  void* space = nullptr;
+  cudaError_t error = cudaMallocAsync(&space, sizing.used, stream);
+  if (error == cudaSuccess) {
+    const int threads = 128;
+    tree_kernel<<<unsigned((B + threads - 1) / threads), threads, 0, stream>>>(a, static_cast<char*>(space), B);
+    error = cudaGetLastError();
+    cudaError_t freed = cudaFreeAsync(space, stream);
+    if (error == cudaSuccess) error = freed;
+  }
   if (error != cudaSuccess) return ffi::Error::Internal(std::string("ukjax's tree kernel: ") + cudaGetErrorString(error));
   return ffi::Error::Success();
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeCuda, UkTreeCudaImpl,
-                              UKJAX_TREE_BINDING(ffi::Ffi::Bind()
-                                                     .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                                     .Ctx<ffi::ScratchAllocator>()));
+                              UKJAX_TREE_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
 #else
 
