@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -650,35 +651,6 @@ HD void member(const Args& a, const Work<T>& w, int64_t member) {
   store(inconsistency, a.health, member, 2, 0), store(fault, a.health, member, 2, 1);
 }
 
-// The handler's buffers in `Args`
-static Args arguments(ffi::Buffer<ffi::S64> structure, ffi::Buffer<ffi::F64> body_pos, ffi::Buffer<ffi::F64> body_rot,
-                      ffi::Buffer<ffi::F64> mass, ffi::Buffer<ffi::F64> com, ffi::Buffer<ffi::F64> inertia,
-                      ffi::Buffer<ffi::F64> axis, ffi::Buffer<ffi::F64> anchor, ffi::Buffer<ffi::F64> reference,
-                      ffi::Buffer<ffi::F64> armature, ffi::Buffer<ffi::F64> damping, ffi::Buffer<ffi::F64> stiffness,
-                      ffi::Buffer<ffi::F64> spring_ref, ffi::Buffer<ffi::F64> gravity,
-                      ffi::Buffer<ffi::F64> connect_anchors, ffi::Buffer<ffi::F64> tendon_coef,
-                      ffi::Buffer<ffi::F64> tendon_arm, ffi::Buffer<ffi::F64> gains, ffi::Buffer<ffi::F64> qpos,
-                      ffi::Buffer<ffi::F64> qvel, ffi::Buffer<ffi::F64> applied, ffi::Buffer<ffi::F64> rows_A,
-                      ffi::Buffer<ffi::F64> rows_b, double alpha, double beta, double floor, double zero_row,
-                      ffi::ResultBuffer<ffi::F64> qacc, ffi::ResultBuffer<ffi::F64> force,
-                      ffi::ResultBuffer<ffi::F64> health) {
-  Args a;
-  a.structure = structure.typed_data();
-  a.b = int(body_pos.dimensions()[0]), a.J = int(axis.dimensions()[0]), a.k = int(connect_anchors.dimensions()[0]);
-  a.tendons = int(tendon_arm.dimensions()[0]), a.r = int(rows_b.dimensions()[1]), a.n = int(qpos.dimensions()[1]);
-  a.body_pos = body_pos.typed_data(), a.body_rot = body_rot.typed_data(), a.mass = mass.typed_data();
-  a.com = com.typed_data(), a.inertia = inertia.typed_data(), a.axis = axis.typed_data();
-  a.anchor = anchor.typed_data(), a.reference = reference.typed_data(), a.armature = armature.typed_data();
-  a.damping = damping.typed_data(), a.stiffness = stiffness.typed_data(), a.spring_ref = spring_ref.typed_data();
-  a.gravity = gravity.typed_data(), a.connect_anchors = connect_anchors.typed_data();
-  a.tendon_coef = tendon_coef.typed_data(), a.tendon_arm = tendon_arm.typed_data(), a.gains = gains.typed_data();
-  a.qpos = qpos.typed_data(), a.qvel = qvel.typed_data(), a.applied = applied.typed_data();
-  a.rows_A = rows_A.typed_data(), a.rows_b = rows_b.typed_data();
-  a.alpha = alpha, a.beta = beta, a.floor = floor, a.zero_row = zero_row;
-  a.qacc = qacc->typed_data(), a.force = force->typed_data(), a.health = health->typed_data();
-  return a;
-}
-
 // the handler's arguments; the rows' count `p` is an attribute, for the structure lives where
 // the states do, out of a GPU handler's reach
 #define UKJAX_TREE_ARGUMENTS                                                                                       \
@@ -692,41 +664,51 @@ static Args arguments(ffi::Buffer<ffi::S64> structure, ffi::Buffer<ffi::F64> bod
       ffi::Buffer<ffi::F64> rows_A, ffi::Buffer<ffi::F64> rows_b, double alpha, double beta, double floor,        \
       double zero_row, int64_t p, ffi::ResultBuffer<ffi::F64> qacc, ffi::ResultBuffer<ffi::F64> force,            \
       ffi::ResultBuffer<ffi::F64> health
+
+// The handler's buffers and attributes in `Args`
+static Args arguments(UKJAX_TREE_ARGUMENTS) {
+  Args a;
+  a.structure = structure.typed_data();
+  a.b = int(body_pos.dimensions()[0]), a.J = int(axis.dimensions()[0]), a.k = int(connect_anchors.dimensions()[0]);
+  a.tendons = int(tendon_arm.dimensions()[0]), a.r = int(rows_b.dimensions()[1]), a.n = int(qpos.dimensions()[1]);
+  a.p = int(p);
+  a.body_pos = body_pos.typed_data(), a.body_rot = body_rot.typed_data(), a.mass = mass.typed_data();
+  a.com = com.typed_data(), a.inertia = inertia.typed_data(), a.axis = axis.typed_data();
+  a.anchor = anchor.typed_data(), a.reference = reference.typed_data(), a.armature = armature.typed_data();
+  a.damping = damping.typed_data(), a.stiffness = stiffness.typed_data(), a.spring_ref = spring_ref.typed_data();
+  a.gravity = gravity.typed_data(), a.connect_anchors = connect_anchors.typed_data();
+  a.tendon_coef = tendon_coef.typed_data(), a.tendon_arm = tendon_arm.typed_data(), a.gains = gains.typed_data();
+  a.qpos = qpos.typed_data(), a.qvel = qvel.typed_data(), a.applied = applied.typed_data();
+  a.rows_A = rows_A.typed_data(), a.rows_b = rows_b.typed_data();
+  a.alpha = alpha, a.beta = beta, a.floor = floor, a.zero_row = zero_row;
+  a.qacc = qacc->typed_data(), a.force = force->typed_data(), a.health = health->typed_data();
+  return a;
+}
+
 #define UKJAX_TREE_CALL                                                                                            \
   structure, body_pos, body_rot, mass, com, inertia, axis, anchor, reference, armature, damping, stiffness,       \
       spring_ref, gravity, connect_anchors, tendon_coef, tendon_arm, gains, qpos, qvel, applied, rows_A, rows_b,   \
-      alpha, beta, floor, zero_row, qacc, force, health
-#define UKJAX_TREE_BINDING(binding)                                                                                \
-  binding.Arg<ffi::Buffer<ffi::S64>>()                                                                             \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Arg<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Attr<double>("alpha")                                                                                       \
-      .Attr<double>("beta")                                                                                        \
-      .Attr<double>("floor")                                                                                       \
-      .Attr<double>("zero_row")                                                                                    \
-      .Attr<int64_t>("p")                                                                                          \
-      .Ret<ffi::Buffer<ffi::F64>>()                                                                                \
-      .Ret<ffi::Buffer<ffi::F64>>()                                                                                \
+      alpha, beta, floor, zero_row, p, qacc, force, health
+
+// the handler's binding: the structure, 22 float64 buffers, the attributes and the results
+// (a binding cannot be copied or moved outside XLA's own code: it is taken by reference and
+// each step returned as XLA builds it)
+template <int N, class Binding>
+auto f64_buffers(Binding&& binding) {
+  if constexpr (N == 1)
+    return std::move(binding).template Arg<ffi::Buffer<ffi::F64>>();
+  else
+    return f64_buffers<N - 1>(std::move(binding).template Arg<ffi::Buffer<ffi::F64>>());
+}
+#define UKJAX_TREE_BINDING(binding)                        \
+  f64_buffers<22>(binding.Arg<ffi::Buffer<ffi::S64>>())    \
+      .Attr<double>("alpha")                               \
+      .Attr<double>("beta")                                \
+      .Attr<double>("floor")                               \
+      .Attr<double>("zero_row")                            \
+      .Attr<int64_t>("p")                                  \
+      .Ret<ffi::Buffer<ffi::F64>>()                        \
+      .Ret<ffi::Buffer<ffi::F64>>()                        \
       .Ret<ffi::Buffer<ffi::F64>>()
 
 #ifdef UKJAX_CUDA
@@ -740,7 +722,6 @@ __global__ void tree_kernel(Args a, char* space, int64_t B) {
 
 static ffi::Error UkTreeCudaImpl(cudaStream_t stream, UKJAX_TREE_ARGUMENTS) {
   Args a = arguments(UKJAX_TREE_CALL);
-  a.p = int(p);
   const int64_t B = qpos.dimensions()[0];
   Carver sizing{nullptr, B, 0};
   Work<double>(sizing, a);
@@ -766,7 +747,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeCuda, UkTreeCudaImpl,
 
 static ffi::Error UkTreeImpl(UKJAX_TREE_ARGUMENTS) {
   Args a = arguments(UKJAX_TREE_CALL);
-  a.p = int(p);
   const int64_t B = qpos.dimensions()[0];
   if (B % C) return ffi::Error::InvalidArgument("the batch must be a multiple of the lanes per chunk");
   if (C > 1) {
