@@ -2,6 +2,7 @@
 with the number of devices; compile time and memory per trajectory beside each.
 
     python benchmarks/scaling.py [--max-batch 100000] [--max-links 60] [--steps 100]
+                                 [--plot docs/assets/scaling.png]
 
 1. Batch: the servo-control paper's coordinated robots (n = 5, p = 2, passive under gravity), RK4 at 1 ms,
    `steps` steps, `simulate_batch` on every core, batch 1, 10, …, `max-batch`.
@@ -12,12 +13,14 @@ with the number of devices; compile time and memory per trajectory beside each.
 
 Throughput is simulated steps per second (batch × steps / wall time) after compilation, same
 run; compile time is the first call's extra time; memory per trajectory is XLA's own account
-of the compiled simulation (arguments + outputs + temporaries) divided by the batch.
+of the compiled simulation (arguments + outputs + temporaries) divided by the batch. `--plot`
+draws parts 1 and 2 (the docs' Performance page shows that drawing).
 """
 
 import argparse
 import os
 import time
+from pathlib import Path
 
 CORES = os.cpu_count() or 1
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", str(CORES))
@@ -89,12 +92,43 @@ def evaluation_time(system, q0, batch=2048):
     return (time.perf_counter() - start) / 10 / batch
 
 
+def plot(batches, sizes, title, path):
+    """Throughput against the batch, and the time of one acceleration against the mechanism's
+    size with the slopes of n² and n³ beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    batch, rate = np.array(batches).T
+    left.loglog(batch, rate / 1e6, "o-")
+    left.set(xlabel="members in the batch", ylabel="M steps/s", title="coordinated robots [3], RK4 at 1 ms")
+    n, micro = np.array(sizes).T
+    right.loglog(n, micro, "o-", label="ukjax")
+    for power, style in ((2, ":"), (3, "--")):
+        right.loglog(n, micro[-1] * (n / n[-1]) ** power, "k" + style, lw=0.8, label=f"∝ n{'²' if power == 2 else '³'}")
+    right.set(xlabel="coordinates n (k-link closed loop)", ylabel="µs per acceleration per member", title="batch 2048")
+    right.set_xticks(n, [f"{k:.0f}" for k in n])
+    right.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    right.legend()
+    for ax in (left, right):
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--max-batch", type=int, default=100_000)
     parser.add_argument("--max-links", type=int, default=60)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--plot", type=Path, default=None, help="draw parts 1 and 2 into this file")
     args = parser.parse_args()
+    batches, sizes = [], []
     print(
         f"{CORES} CPU cores; jax {jax.__version__}, {len(jax.devices())} {jax.default_backend()} devices; "
         f"float64; RK4 {DT} s, {args.steps} steps"
@@ -111,6 +145,7 @@ def main():
         rate, compile_s, ok, violation = measure(coordinated, robots.q0, batch, args.steps)
         memory = memory_per_trajectory(coordinated, robots.q0, batch, args.steps)
         print(f"{batch:8d} {rate / 1e6:10.3f} {compile_s:10.1f} {memory:11.0f} {ok:8d} {violation:10.1e}")
+        batches.append((batch, rate))
         batch *= 10
 
     print("\n2. mechanism size (k-link closed loop, batch 256)")
@@ -118,9 +153,8 @@ def main():
     for k in [k for k in (2, 4, 6, 8, 12, 16, 24, 32, 48, 60) if k <= args.max_links]:
         system, q0 = loop(k)
         rate, compile_s, ok, violation = measure(system, q0, 256, args.steps)
-        print(
-            f"{k:4d} {rate / 1e6:10.4f} {compile_s:10.1f} {evaluation_time(system, q0) * 1e6:9.2f} {violation:10.1e}"
-        )
+        sizes.append((k, evaluation_time(system, q0) * 1e6))
+        print(f"{k:4d} {rate / 1e6:10.4f} {compile_s:10.1f} {sizes[-1][1]:9.2f} {violation:10.1e}")
 
     biggest = 10 ** int(np.log10(args.max_batch))
     print(f"\n3. devices (coordinated robots, batch {biggest})")
@@ -129,6 +163,8 @@ def main():
     print(
         f"1 device {one / 1e6:.3f} M steps/s, {len(jax.devices())} devices {every / 1e6:.3f} M steps/s: {every / one:.2f}x"
     )
+    if args.plot:
+        plot(batches, sizes, f"{CORES} CPU cores, jax {jax.__version__}, float64", args.plot)
 
 
 if __name__ == "__main__":

@@ -118,12 +118,13 @@ def _structure(tree: RigidBodyTree, connects: tuple[Connect, ...]) -> np.ndarray
     """The tree's structure as `kernels.cc` reads it (`Section`): its sections one after another,
     after the places where each starts and the last ends."""
     kinds = [_KINDS[kind] for kind in tree.joint_kinds]
-    n = int(sum({0: 1, 1: 1, 2: 4, 3: 7}[kind] for kind in kinds))
+    sizes = [{2: 4, 3: 7}.get(kind, 1) for kind in kinds]  # coordinates per joint
+    n = sum(sizes)
     parents = [int(i) for i in tree.parents]
     # per coordinate: its body and joint, its index within the joint
     body, joint, index = [0] * n, [0] * n, [0] * n
-    for j, (b, kind, first) in enumerate(zip(tree.joint_bodies, kinds, tree.joint_coordinates)):
-        for i in range({2: 4, 3: 7}.get(kind, 1)):
+    for j, (b, size, first) in enumerate(zip(tree.joint_bodies, sizes, tree.joint_coordinates)):
+        for i in range(size):
             body[first + i], joint[first + i], index[first + i] = int(b), j, i
     quaternions = [first + (3 if kind == 3 else 0) for kind, first in zip(kinds, tree.joint_coordinates) if kind >= 2]
     # the coordinates' tree: a body's first coordinate hangs from the last one at or above its
