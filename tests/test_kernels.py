@@ -133,13 +133,16 @@ def test_kernel_matches_the_xla_route(loops):
         assert bool(jnp.all(kernel.mass_ok)) and bool(jnp.all(xla.mass_ok))
         assert float(jnp.max(kernel.inconsistency)) < 1e-12
     # the build of one lane on the whole batch: the members one by one in the work space's
-    # layout on a GPU (member m's k-th value at k × B + m), the GPU's code compiled for the CPU
+    # layout on a GPU (member m's k-th value at k × B + m), the GPU's code compiled for the CPU;
+    # and with a work space of one member, the batch in slices of one
     parts = kernels.covered(system)
     outside = jax.vmap(lambda q, qd: kernels._outside(parts, 0.0, q, qd))(q, qd)
-    acceleration, force, _ = kernels._call(parts, q, qd, outside, lanes=1)
     xla = _both_routes(system, q, qd)[1]
-    assert _relative(acceleration, xla.acceleration) < 1e-11
-    assert float(jnp.max(jnp.abs(force - xla.constraint_force))) < 1e-11 * float(jnp.max(jnp.abs(xla.constraint_force)))
+    for space in (kernels.SPACE, 1):
+        acceleration, force, _ = kernels._call(parts, q, qd, outside, lanes=1, space=space)
+        assert _relative(acceleration, xla.acceleration) < 1e-11
+        largest = float(jnp.max(jnp.abs(xla.constraint_force)))
+        assert float(jnp.max(jnp.abs(force - xla.constraint_force))) < 1e-11 * largest
     # one state: the kernel built for one lane
     single = jax.jit(lambda q, qd: (kernels.solve(system, 0.0, q, qd), system.solve(0.0, q, qd)))
     assert "ukjax_tree_1" in single.lower(q[0], qd[0]).as_text()

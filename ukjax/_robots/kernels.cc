@@ -16,6 +16,7 @@
 //   the GPU's code and layout;
 // - for an NVIDIA GPU (`UKJAX_CUDA`, built with nvcc): T is `double`, one thread per member,
 //   neighbouring threads reading neighbouring doubles.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -662,8 +663,8 @@ HD void member(const Args& a, const Work<T>& w, int64_t member) {
       ffi::Buffer<ffi::F64> tendon_coef, ffi::Buffer<ffi::F64> tendon_arm, ffi::Buffer<ffi::F64> gains,           \
       ffi::Buffer<ffi::F64> qpos, ffi::Buffer<ffi::F64> qvel, ffi::Buffer<ffi::F64> applied,                      \
       ffi::Buffer<ffi::F64> rows_A, ffi::Buffer<ffi::F64> rows_b, double alpha, double beta, double floor,        \
-      double zero_row, int64_t p, ffi::ResultBuffer<ffi::F64> qacc, ffi::ResultBuffer<ffi::F64> force,            \
-      ffi::ResultBuffer<ffi::F64> health
+      double zero_row, int64_t p, int64_t space, ffi::ResultBuffer<ffi::F64> qacc,                              \
+      ffi::ResultBuffer<ffi::F64> force, ffi::ResultBuffer<ffi::F64> health
 
 // The handler's buffers and attributes in `Args`
 static Args arguments(UKJAX_TREE_ARGUMENTS) {
@@ -688,7 +689,7 @@ static Args arguments(UKJAX_TREE_ARGUMENTS) {
 #define UKJAX_TREE_CALL                                                                                            \
   structure, body_pos, body_rot, mass, com, inertia, axis, anchor, reference, armature, damping, stiffness,       \
       spring_ref, gravity, connect_anchors, tendon_coef, tendon_arm, gains, qpos, qvel, applied, rows_A, rows_b,   \
-      alpha, beta, floor, zero_row, p, qacc, force, health
+      alpha, beta, floor, zero_row, p, space, qacc, force, health
 
 // the handler's binding: the structure, 22 float64 buffers, the attributes and the results
 // (a binding cannot be copied or moved outside XLA's own code: it is taken by reference and
@@ -707,33 +708,53 @@ auto f64_buffers(Binding&& binding) {
       .Attr<double>("floor")                               \
       .Attr<double>("zero_row")                            \
       .Attr<int64_t>("p")                                  \
+      .Attr<int64_t>("space")                              \
       .Ret<ffi::Buffer<ffi::F64>>()                        \
       .Ret<ffi::Buffer<ffi::F64>>()                        \
       .Ret<ffi::Buffer<ffi::F64>>()
 
+// The members in the GPU's layout take a work space of at most `space` bytes: the batch runs in
+// slices of `slice` members (all of them where they fit), value k of member m at
+// `k × slice + (m − first)` within its slice.
+struct Slices {
+  int64_t slice;
+  size_t bytes;
+};
+static Slices slices(const Args& a, int64_t B, int64_t space) {
+  Carver one{nullptr, 1, 0};
+  Work<double>(one, a);
+  const int64_t slice = std::max<int64_t>(1, std::min<int64_t>(B, space / int64_t(one.used)));
+  Carver sizing{nullptr, slice, 0};
+  Work<double>(sizing, a);
+  return {slice, sizing.used};
+}
+
 #ifdef UKJAX_CUDA
 
-__global__ void tree_kernel(Args a, char* space, int64_t B) {
-  int64_t m = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (m >= B) return;
-  Carver carver{space, B, m};
-  member<double>(a, Work<double>(carver, a), m);
+__global__ void tree_kernel(Args a, char* space, int64_t slice, int64_t first, int64_t count) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  Carver carver{space, slice, i};
+  member<double>(a, Work<double>(carver, a), first + i);
 }
 
 static ffi::Error UkTreeCudaImpl(cudaStream_t stream, UKJAX_TREE_ARGUMENTS) {
   Args a = arguments(UKJAX_TREE_CALL);
   const int64_t B = qpos.dimensions()[0];
-  Carver sizing{nullptr, B, 0};
-  Work<double>(sizing, a);
-  // from the stream's memory pool, freed in the stream's order after the kernel (XLA's scratch
+  const Slices plan = slices(a, B, space);
+  // from the stream's memory pool, freed in the stream's order after the kernels (XLA's scratch
   // allocator refused it on jax 0.11.2)
-  void* space = nullptr;
-  cudaError_t error = cudaMallocAsync(&space, sizing.used, stream);
+  void* work = nullptr;
+  cudaError_t error = cudaMallocAsync(&work, plan.bytes, stream);
   if (error == cudaSuccess) {
     const int threads = 128;
-    tree_kernel<<<unsigned((B + threads - 1) / threads), threads, 0, stream>>>(a, static_cast<char*>(space), B);
-    error = cudaGetLastError();
-    cudaError_t freed = cudaFreeAsync(space, stream);
+    for (int64_t first = 0; first < B && error == cudaSuccess; first += plan.slice) {
+      const int64_t count = std::min(plan.slice, B - first);
+      tree_kernel<<<unsigned((count + threads - 1) / threads), threads, 0, stream>>>(
+          a, static_cast<char*>(work), plan.slice, first, count);
+      error = cudaGetLastError();
+    }
+    cudaError_t freed = cudaFreeAsync(work, stream);
     if (error == cudaSuccess) error = freed;
   }
   if (error != cudaSuccess) return ffi::Error::Internal(std::string("ukjax's tree kernel: ") + cudaGetErrorString(error));
@@ -758,12 +779,11 @@ static ffi::Error UkTreeImpl(UKJAX_TREE_ARGUMENTS) {
     Work<L> work(carver, a);
     for (int64_t b0 = 0; b0 < B; b0 += C) member<L>(a, work, b0);
   } else {
-    // the members one after another, in the GPU's layout
-    Carver sizing{nullptr, B, 0};
-    Work<double>(sizing, a);
-    std::vector<double> space(sizing.used / sizeof(double));
+    // the members one after another, in the GPU's layout and slices
+    const Slices plan = slices(a, B, space);
+    std::vector<double> work(plan.bytes / sizeof(double));
     for (int64_t m = 0; m < B; ++m) {
-      Carver carver{reinterpret_cast<char*>(space.data()), B, m};
+      Carver carver{reinterpret_cast<char*>(work.data()), plan.slice, m % plan.slice};
       member<double>(a, Work<double>(carver, a), m);
     }
   }
