@@ -287,6 +287,7 @@ def main(
     parser.add_argument(
         "--mjx-batch", type=int, default=mjx_batch, help="members of MJX's batch; 0 leaves MJX out (needs mujoco-mjx)"
     )
+    parser.add_argument("--plot", type=Path, default=None, help="draw the throughput and the violations into this file")
     args = parser.parse_args(argv)
     if cache:
         compilation_cache()
@@ -299,7 +300,7 @@ def main(
         f"(MJX {args.mjx_batch})"
     )
     print(f"{'mechanism':30s} {'simulator':8s} {'M steps/s':>10s} {'ratio':>7s} {'violation':>10s}")
-    results, failures = [], {}
+    results, failures, drawn = [], {}, []
     cases = [coordinated(), parallel(), from_file(), fourbar()]
     for path, case in ((GRIPPER, gripper), (CASSIE, cassie)):
         if path.is_file():
@@ -320,7 +321,37 @@ def main(
         print(f"{'':30s} (ukjax compile {compile_s:.1f} s; members not finished: {outcome})")
         failures.update({f"{name}: {n}": k for n, k in failed.items()})
         results.append((name, uk_rate / mj_rate, uk_violation, mj_violation))
+        drawn.append((name, rows))
     print(summary(results, failures))
+    if args.plot:
+        plot(drawn, f"{CORES} CPU cores, batch {args.batch}, {args.steps} RK4 steps of {DT:g} s, float64", args.plot)
+
+
+def plot(cases: list[tuple[str, list[tuple[str, float, float]]]], title: str, path: Path) -> None:
+    """Each case's throughput and loop-closure violation, one bar per simulator."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    simulators = list(dict.fromkeys(simulator for _, rows in cases for simulator, *_ in rows))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    width = 0.8 / len(simulators)
+    for column, (ax, label) in enumerate(zip(axes, ("M steps/s", "largest loop-closure violation (m)"))):
+        for i, simulator in enumerate(simulators):
+            values = [next((row[1 + column] for row in rows if row[0] == simulator), np.nan) for _, rows in cases]
+            scale = 1e-6 if column == 0 else 1.0
+            ax.bar(np.arange(len(cases)) + i * width, np.asarray(values) * scale, width, label=simulator)
+        ax.set_yscale("log")
+        ax.set_ylabel(label)
+        ax.set_xticks(np.arange(len(cases)) + width * (len(simulators) - 1) / 2)
+        ax.set_xticklabels([name.replace(", one MJCF file", "\n(MJCF)") for name, _ in cases], fontsize=7)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
 
 
 def peer(case: str, simulator: str, run, *args):

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     p = commands.add_parser(
         "bench",
         help="batch throughput of closed chains against MuJoCo's rollout (and MJX); "
-        "options: --batch, --steps, --mjx-batch (ukjax bench --help); about a minute on 2 cores",
+        "options: --batch, --steps, --mjx-batch, --plot (ukjax bench --help); about a minute on 2 cores",
         add_help=False,
     )
     p.set_defaults(run=None)

@@ -337,8 +337,9 @@ def _pivoted_qr(
     return Lt.T, Q, jnp.argsort(when), jnp.sum(when < p)
 
 
-def _basis_pinv(B: Float[Array, "p n"]) -> tuple[Float[Array, "n p"], Bool[Array, ""]]:
-    """`B⁺` through a basis of `B`'s rows, for rows of any rank without an SVD.
+def _basis_pinv(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Float[Array, "n p"], Bool[Array, ""]]:
+    """`B⁺` through a basis of `B`'s rows, for rows of any rank without an SVD; where `skip`
+    is set its loops take no step (and its results mean nothing).
 
     The basis: the rows, normalised, taken by `_pivoted_qr` until every row left lies
     within `rank_tolerance` (squared) of their span. With `Q` its orthonormal rows and `Y`
@@ -363,7 +364,7 @@ def _basis_pinv(B: Float[Array, "p n"]) -> tuple[Float[Array, "n p"], Bool[Array
     nonzero = norms > negligible(p, n, dtype) * jnp.max(norms)
     norms = jnp.where(nonzero, norms, 1)
     U = jnp.where(nonzero[:, None], B, 0) / norms[:, None]
-    L, Q, perm, rank = _pivoted_qr(U, rank_tolerance(p, dtype), jnp.sum(nonzero))
+    L, Q, perm, rank = _pivoted_qr(U, rank_tolerance(p, dtype), jnp.where(skip, 0, jnp.sum(nonzero)))
     Y, U, d = L[perm], U[perm], norms[perm][:, None]
     basis = jnp.arange(r) < rank
     G = jnp.where(basis[:, None], Y[:r], jnp.eye(r, dtype=dtype))
@@ -387,39 +388,50 @@ def _operator(B: Float[Array, "p n"], robust: bool, unroll: bool | None = None):
     """`X ↦ B⁺ X` and `Y ↦ B⁺ᵀ Y`, for `X` (p, k) and `Y` (n, k)."""
     p, n = B.shape
     unroll = unrolled(max(p, n)) if unroll is None else unroll
-    if robust and not unroll:
-        # Above the unrolled sizes, rows of any rank through a basis (`_basis_pinv`); the SVD
-        # only where that basis is ill-conditioned.
-        P, well = _basis_pinv(B)
-        fast, fast_T = (lambda X: P @ X), (lambda Y: P.T @ Y)
+    # The robust route factors only well separated rows (others take a basis of the rows, or
+    # the SVD); the fast one is only ever given independent rows (`uk_solve` checks them with
+    # the same factor).
+    factor = gram_factor(
+        B, WELL_CONDITIONED if robust else rank_tolerance(p, B.dtype), drop_zero_rows=robust, unroll=unroll
+    )
+    well, d, U = factor.independent, factor.norms, factor.unit
+    # B̂ = D⁻¹ B, B⁺ = B̂ᵀ (B̂ B̂ᵀ)⁻¹ D⁻¹ for independent rows
+    if unroll:
+        G, rows = _entries(factor.G), _entries(U)
+
+        def column(X):
+            y = _backward(G, _forward(G, [X[i] / d[i] for i in range(p)]))
+            return jnp.stack([_dot([rows[i][k] for i in range(p)], y) for k in range(n)])
+
+        def column_T(Y):
+            u = [_dot(rows[i], [Y[k] for k in range(n)]) for i in range(p)]
+            y = _backward(G, _forward(G, u))
+            return jnp.stack([y[i] / d[i] for i in range(p)])
+
+        fast, fast_T = jax.vmap(column, 1, 1), jax.vmap(column_T, 1, 1)
     else:
-        # The robust route factors only well separated rows (the SVD takes the rest); the fast
-        # one is only ever given independent rows (`uk_solve` checks them with the same factor).
-        factor = gram_factor(
-            B, WELL_CONDITIONED if robust else rank_tolerance(p, B.dtype), drop_zero_rows=robust, unroll=unroll
-        )
-        well, d, U = factor.independent, factor.norms, factor.unit
-        # B̂ = D⁻¹ B, B⁺ = B̂ᵀ (B̂ B̂ᵀ)⁻¹ D⁻¹ for independent rows
-        if unroll:
-            G, rows = _entries(factor.G), _entries(U)
 
-            def column(X):
-                y = _backward(G, _forward(G, [X[i] / d[i] for i in range(p)]))
-                return jnp.stack([_dot([rows[i][k] for i in range(p)], y) for k in range(n)])
+        def fast(X):
+            return U.T @ cho_solve(factor.G, X / d[:, None])
 
-            def column_T(Y):
-                u = [_dot(rows[i], [Y[k] for k in range(n)]) for i in range(p)]
-                y = _backward(G, _forward(G, u))
-                return jnp.stack([y[i] / d[i] for i in range(p)])
+        def fast_T(Y):
+            return cho_solve(factor.G, U @ Y) / d[:, None]
 
-            fast, fast_T = jax.vmap(column, 1, 1), jax.vmap(column_T, 1, 1)
-        else:
+    if robust and not unroll:
+        # Above the unrolled sizes, rows that are not well separated (dependent ones) through a
+        # basis of the rows (`_basis_pinv`, whose loops run only for them: on the hand-built
+        # parallel robot's ten independent rows it halved the throughput when it ran for all);
+        # the SVD only where that basis is ill-conditioned too.
+        P, exact = _basis_pinv(B, skip=well)
+        gram, gram_T, separated = fast, fast_T, well
 
-            def fast(X):
-                return U.T @ cho_solve(factor.G, X / d[:, None])
+        def fast(X):
+            return jnp.where(separated, gram(X), P @ X)
 
-            def fast_T(Y):
-                return cho_solve(factor.G, U @ Y) / d[:, None]
+        def fast_T(Y):
+            return jnp.where(separated, gram_T(Y), P.T @ Y)
+
+        well = separated | exact
 
     if not robust:
         return fast, fast_T
