@@ -32,6 +32,7 @@ without `mujoco-mjx`, or failing on a model) is left out of it with a line that 
 
 import argparse
 import os
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -345,7 +346,8 @@ def plot(cases: list[tuple[str, list[tuple[str, float, float]]]], title: str, pa
         ax.set_yscale("log")
         ax.set_ylabel(label)
         ax.set_xticks(np.arange(len(cases)) + width * (len(simulators) - 1) / 2)
-        ax.set_xticklabels([name.replace(", one MJCF file", "\n(MJCF)") for name, _ in cases], fontsize=7)
+        labels = [textwrap.fill(name.replace(", one MJCF file", " (MJCF)"), 12) for name, _ in cases]
+        ax.set_xticklabels(labels, fontsize=7)
         ax.grid(True, axis="y", which="both", alpha=0.3)
     axes[0].legend()
     fig.suptitle(title, fontsize=9)
