@@ -11,7 +11,7 @@ to MuJoCo's `rollout`, ukjax's compile time (the first call's time beyond a comp
 the largest loop-closure violation over the run (ukjax: `sol.phi` every 10th step).
 
     python benchmarks/gpu.py [--batches 1024,16384,65536] [--steps 200] [--xla-batch 16384]
-                             [--mujoco-batch 4096] [--contacts-batch 0]
+                             [--mujoco-batch 4096] [--mjx-batch 4096] [--contacts-batch 0]
 """
 
 import argparse
@@ -27,6 +27,7 @@ jax.config.update("jax_enable_x64", True)
 
 import ukjax  # noqa: E402
 from ukjax import _bench, models  # noqa: E402
+from ukjax._robots import kernels  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -59,7 +60,7 @@ def agreement(system, q0, members=64):
     rng = np.random.default_rng(0)
     q = jnp.asarray(np.asarray(q0) + 0.05 * rng.standard_normal((members, q0.shape[0])))
     qd = jnp.asarray(rng.standard_normal(q.shape))
-    kernel = jax.jit(jax.vmap(lambda q, qd: ukjax._robots.kernels.solve(system, 0.0, q, qd).acceleration))(q, qd)
+    kernel = jax.jit(jax.vmap(lambda q, qd: kernels.solve(system, 0.0, q, qd).acceleration))(q, qd)
     xla = jax.jit(jax.vmap(lambda q, qd: system.solve(0.0, q, qd).acceleration))(q, qd)
     return float(jnp.max(jnp.abs(kernel - xla)) / jnp.max(jnp.abs(xla)))
 
@@ -108,7 +109,7 @@ def main():
             mjx = _bench.peer(name, "mjx", _bench.run_mjx, xml, qpos, ctrl, args.mjx_batch, args.steps, violation)
             if mjx is not None:
                 row(name, "mjx", args.mjx_batch, mjx[0], baseline, violation=mjx[1])
-        covered = ukjax._robots.kernels.runs(system, q0.dtype, jax.default_backend()) is not None
+        covered = kernels.runs(system, q0.dtype, jax.default_backend()) is not None
         if covered:
             print(f"{name:32s} (kernel against the XLA route at 64 states: {agreement(system, q0):.1e})", flush=True)
         for batch in batches:
