@@ -162,10 +162,15 @@ def tree_target(lanes: int) -> str:
 
 
 def targets() -> list[str]:
-    """The kernels' FFI targets, registered in this process (built first where needed; none
-    where they do not build): a program exported with calls to them (`jax.export`)
-    runs in a process where they are registered."""
-    return [tree_target(lanes) for lanes in (LANES, 1)] + [CONTACT_SOLVE] if enabled() and built() else []
+    """The kernels' FFI targets, registered in this process for the CPU and, where JAX runs on
+    an NVIDIA GPU, for it (built first where needed; none where they do not build): a program
+    exported with calls to them (`jax.export`) runs in a process where they are registered."""
+    if not enabled():
+        return []
+    names = [tree_target(LANES), tree_target(1), CONTACT_SOLVE] if built() else []
+    if jax.default_backend() == "gpu" and built_cuda() and tree_target(1) not in names:
+        names.append(tree_target(1))
+    return names
 
 
 def enabled() -> bool:
