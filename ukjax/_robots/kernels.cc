@@ -6,14 +6,14 @@
 // caller evaluates (forces applied from outside, further constraint rows) added; then the U-K
 // solve (`uk_solve`). The library's formulas, in world-frame spatial vectors. Built and called
 // by `kernels.py`, which checks that a system is made only of what this file and the caller
-// model, and hands it the tree's structure as index tables (`Structure`).
+// model, and hands it the tree's structure as index tables (`Section`).
 //
 // One source, three builds, all computing a member with `member<T>`:
 // - for a CPU, chunks of C lanes (`UKJAX_LANES`): T is `L`, C states side by side, a loop the
 //   compiler vectorizes;
 // - for a CPU, one lane: T is `double`, the members one after another, each with its work space
-//   laid out as on a GPU (`Carver`: value k of member m at k × B + m), so that the CPU's tests run
-//   the GPU's code and layout;
+//   laid out as on a GPU (`Carver`, `slices`: value k of member m at k × S + m mod S, in slices
+//   of S members), so that the CPU's tests run the GPU's code and layout;
 // - for an NVIDIA GPU (`UKJAX_CUDA`, built with nvcc): T is `double`, one thread per member,
 //   neighbouring threads reading neighbouring doubles.
 #include <algorithm>
