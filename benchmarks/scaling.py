@@ -34,6 +34,7 @@ jax.config.update("jax_enable_x64", True)
 
 import ukjax  # noqa: E402
 from ukjax import models  # noqa: E402
+from ukjax._bench import compiled_and_timed  # noqa: E402
 
 DT = 1e-3
 
@@ -51,20 +52,12 @@ def measure(system, q0, batch, steps, devices=None):
     qd0 = jnp.zeros_like(q0)
     run = dict(solver=ukjax.RK4(), adaptive=False, dt0=DT, max_steps=steps, ts=jnp.array([steps * DT]))
 
-    def go():
-        return jax.block_until_ready(
-            ukjax.simulate_batch(system, q0, qd0, 0.0, steps * DT, devices=devices, **run)
-        )
-
-    start = time.perf_counter()
-    go()
-    first = time.perf_counter() - start
-    start = time.perf_counter()
-    sol = go()
-    elapsed = time.perf_counter() - start
+    sol, elapsed, compile_s = compiled_and_timed(
+        lambda: ukjax.simulate_batch(system, q0, qd0, 0.0, steps * DT, devices=devices, **run)
+    )
     ok = int(jnp.sum(sol.status == ukjax.Status.SUCCESS))
     violation = float(jnp.max(jnp.abs(sol.phi)))
-    return batch * steps / elapsed, first - elapsed, ok, violation
+    return batch * steps / elapsed, compile_s, ok, violation
 
 
 def memory_per_trajectory(system, q0, batch, steps):

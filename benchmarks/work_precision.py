@@ -59,6 +59,7 @@ from mujoco import rollout  # noqa: E402
 
 import ukjax  # noqa: E402
 from benchmarks.references import mujoco_kkt_flow  # noqa: E402
+from ukjax._bench import compiled_and_timed  # noqa: E402
 
 T = 1.0
 SAVES = np.linspace(0.0, T, 101)
@@ -126,16 +127,13 @@ def reference(mjm, ctrl, qpos, qvel, tolerance):
 
 
 def timed(run, first):
-    """`run()`'s result and wall time, and where `first`, its compile time too: the first
-    call's time less the second's (None elsewhere)."""
+    """`run()`'s result and wall time, and where `first`, its compile time too (`compiled_and_timed`;
+    None elsewhere)."""
     if first:
-        start = time.perf_counter()
-        run()
-        first = time.perf_counter() - start
+        return compiled_and_timed(run)
     start = time.perf_counter()
-    result = run()
-    wall = time.perf_counter() - start
-    return result, wall, first - wall if first else None
+    result = jax.block_until_ready(run())
+    return result, time.perf_counter() - start, None
 
 
 def run_ukjax(system, model, mjm, states, batch, references):

@@ -195,6 +195,18 @@ def cassie():
     return "Cassie, one MJCF file", system, m.q0, xml, qpos, np.zeros(0), violation
 
 
+def compiled_and_timed(run):
+    """`run()` twice, each waited for: the second call's result and wall time, and the first
+    call's time beyond the second's (what compiling took: the first call also ran it all)."""
+    start = time.perf_counter()
+    jax.block_until_ready(run())
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    result = jax.block_until_ready(run())
+    wall = time.perf_counter() - start
+    return result, wall, first - wall
+
+
 def run_ukjax(system, q0, batch, steps):
     q0 = jnp.broadcast_to(q0, (batch, q0.shape[0]))
     kwargs = dict(
@@ -205,19 +217,9 @@ def run_ukjax(system, q0, batch, steps):
         ts=jnp.linspace(0, steps * DT, steps // 10 + 1),
     )
 
-    def go():
-        return jax.block_until_ready(
-            ukjax.simulate_batch(system, q0, jnp.zeros_like(q0), 0.0, steps * DT, **kwargs)
-        )
-
-    start = time.perf_counter()
-    go()
-    first = time.perf_counter() - start
-    start = time.perf_counter()
-    sol = go()
-    elapsed = time.perf_counter() - start
-    # the first call also ran the whole batch: what it took beyond a compiled run is compiling
-    compile_s = first - elapsed
+    sol, elapsed, compile_s = compiled_and_timed(
+        lambda: ukjax.simulate_batch(system, q0, jnp.zeros_like(q0), 0.0, steps * DT, **kwargs)
+    )
     status = np.asarray(sol.status)
     failed = {s.name: int(np.sum(status == s)) for s in ukjax.Status if s and np.any(status == s)}
     # the closure of the members that finished: a failed member is counted, not averaged in
