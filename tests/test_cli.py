@@ -150,6 +150,37 @@ def test_a_simulation_is_traced_once_and_read_back(tmp_path):
         _kept(tmp_path, "simulate", ("box", "another"), traced, model.q0, model.qd0)
 
 
+def test_a_model_is_read_once_and_kept(tmp_path, monkeypatch):
+    """`ukjax simulate`'s model (its start projected onto the file's equalities) is kept under
+    the key of MuJoCo's compiled binary: the same file is read back with the same start and
+    the first reading's warnings said again; an edit of the file is read anew."""
+    from ukjax import _commands
+    from ukjax._robots import mjcf
+
+    path = tmp_path / "coupled.xml"
+    coupled = BOX.replace(
+        "</worldbody>",
+        '<body name="arm" pos="1 0 0"><joint name="h" type="hinge"/><geom size="0.1" mass="1"/></body></worldbody>'
+        '<equality><joint joint1="h" polycoef="0.1 0 0 0 0"/></equality>',
+    )
+    path.write_text(coupled)
+    with pytest.warns(UserWarning, match="it was projected onto them"):
+        first = _commands._kept_model(tmp_path, str(path), "spinning")
+    assert abs(float(first.q0[-1]) - 0.1) < 1e-12
+    assert len(list((tmp_path / "ukjax-models").glob("coupled-*.pickle"))) == 1
+
+    def read(*args):
+        raise AssertionError("read anew")
+
+    monkeypatch.setattr(mjcf, "_from_compiled", read)
+    with pytest.warns(UserWarning, match="it was projected onto them"):
+        again = _commands._kept_model(tmp_path, str(path), "spinning")
+    np.testing.assert_array_equal(again.q0, first.q0)
+    path.write_text(coupled.replace("0.1 0 0 0 0", "0.2 0 0 0 0"))
+    with pytest.raises(AssertionError, match="read anew"):
+        _commands._kept_model(tmp_path, str(path), "spinning")
+
+
 def test_version_and_defaults_in_help(capsys):
     for argv in (["--version"], ["simulate", "--help"]):
         try:

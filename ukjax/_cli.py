@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--no-cache",
         action="store_true",
-        help="do not keep programs between runs (JAX's persistent compilation cache and the traced programs of "
-        "`simulate`, by default in $UKJAX_CACHE_DIR or ~/.cache/ukjax/jax)",
+        help="do not keep programs between runs (JAX's persistent compilation cache, and the models read and "
+        "programs traced by `simulate`, by default in $UKJAX_CACHE_DIR or ~/.cache/ukjax/jax)",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 

@@ -9,6 +9,7 @@ import functools
 import hashlib
 import os
 import time
+import warnings
 from pathlib import Path
 
 import diffrax
@@ -50,11 +51,50 @@ def _kept(cache: Path | None, name: str, key: tuple, fun, *args):
         exported = jax.export.deserialize(bytearray(path.read_bytes()))
     else:
         exported = jax.export.export(jax.jit(fun), disabled_checks=checks)(*args)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        part = path.with_suffix(f".{os.getpid()}")  # whole or not at all, to a run beside this one
-        part.write_bytes(exported.serialize())
-        part.replace(path)
+        _write(path, exported.serialize())
     return jax.jit(exported.call).lower(*args).compile()
+
+
+def _write(path: Path, data: bytes) -> None:
+    """`data` to `path`, whole or not at all to a run beside this one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_suffix(f".{os.getpid()}")
+    part.write_bytes(data)
+    part.replace(path)
+
+
+def _kept_model(cache: Path | None, file: str, keyframe: str | int | None):
+    """The model of an MJCF or URDF `file` from `keyframe` (`from_mjcf`'s or `from_urdf`'s),
+    kept in `cache` and read back by a later run: MuJoCo compiles the file (milliseconds) and
+    its compiled binary is the key, so that an edit of the file or of any file it includes is
+    read anew, not the start projected onto the loops and the model built in an earlier
+    process. The first reading's warnings are said again on every run."""
+    import pickle
+
+    import mujoco
+
+    from ._robots.mjcf import _compile, _from_compiled
+
+    kind = "URDF" if file.lower().endswith(".urdf") else "MJCF"
+    compiled = _compile(file, kind)
+    if cache is None:
+        return _from_compiled(compiled, kind, keyframe)
+    binary = np.empty(mujoco.mj_sizeModel(compiled), np.uint8)
+    mujoco.mj_saveModel(compiled, None, binary)
+    versions = [f"{m.__name__} {m.__version__}" for m in (jax, diffrax, eqx, mujoco)]
+    digest = hashlib.sha256(repr((kind, keyframe, versions, _source())).encode() + binary.tobytes())
+    path = cache / "ukjax-models" / f"{Path(file).stem}-{digest.hexdigest()[:32]}.pickle"
+    if path.exists():
+        model, said = pickle.loads(path.read_bytes())
+    else:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = _from_compiled(compiled, kind, keyframe)
+        said = [(w.category, str(w.message)) for w in caught]
+        _write(path, pickle.dumps((model, said)))
+    for category, message in said:
+        warnings.warn(message, category, stacklevel=2)
+    return model
 
 
 def _fields(module) -> dict:
@@ -422,15 +462,14 @@ def _units(tree) -> dict[str, list[int]]:
 
 
 def run_simulate(args: argparse.Namespace) -> None:
-    import jax.numpy as jnp
-
     import ukjax
-    from ukjax import models
 
-    load = models.from_urdf if args.file.lower().endswith(".urdf") else models.from_mjcf
     keyframe = int(args.keyframe) if args.keyframe and args.keyframe.isdigit() else args.keyframe
-    with _stage(f"reading {args.file} (MuJoCo's compiler; a start off the loops is projected onto them)"):
-        model = load(args.file, keyframe=keyframe)
+    with _stage(
+        f"reading {args.file} (MuJoCo's compiler; a start off the loops is projected onto them; kept: "
+        "the same file again is read back)"
+    ):
+        model = _kept_model(args.cache, args.file, keyframe)
     name = Path(args.file).stem
     out = Path(args.out) if args.out else Path(f"{name}.png")
     tree = model.system
@@ -452,7 +491,7 @@ def run_simulate(args: argparse.Namespace) -> None:
         + (f", {contacts} unilateral rows (limits, contacts)" if unilateral else "")
         + f"; t ∈ [0, {args.t1:g}] s, Tsit5, rtol=atol={args.tol:g}"
     )
-    ts = jnp.linspace(0.0, args.t1, args.saves)
+    ts = np.linspace(0.0, args.t1, args.saves)
 
     def simulation(q0, qd0):
         sol = ukjax.simulate(system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False)
@@ -467,16 +506,18 @@ def run_simulate(args: argparse.Namespace) -> None:
     sol = ukjax.Solution(**fields, contacts=None if contacts is None else ukjax.ContactRecord(**contacts))
     warn_if_started_off(sol, model.q0, model.qd0, args.tol, args.tol)
     warn_if_started_inside(sol, args.tol)
+    # as NumPy: the summary and the plot would compile operation by operation
+    sol = jax.tree.map(np.asarray, sol)
     status = ukjax.Status(int(sol.status)).name
     parts = []
     if sol.phi is not None:
         # over the saves the run reached (a run that stopped early has no state after that)
-        phi = jnp.abs(sol.phi[jnp.all(jnp.isfinite(sol.q), axis=1)])
+        phi = np.abs(sol.phi[np.all(np.isfinite(sol.q), axis=1)])
         closure = phi[:, norms : norms + rows]
         if closure.size:
-            parts.append(f"max constraint violation {float(jnp.max(closure)):.2e}")
+            parts.append(f"max constraint violation {float(np.max(closure)):.2e}")
         if norms and phi.size:
-            parts.append(f"quaternion norm error {float(jnp.max(phi[:, :norms])):.2e}")
+            parts.append(f"quaternion norm error {float(np.max(phi[:, :norms])):.2e}")
     if sol.contacts is not None:
         parts.append(f"{int(sol.contacts.events)} contact events, largest penetration {float(sol.contacts.penetration):.1e}")
     print(f"  status {status}, {int(sol.stats['num_steps'])} steps" + "".join(f"; {p}" for p in parts))
@@ -498,7 +539,7 @@ def run_simulate(args: argparse.Namespace) -> None:
     if sol.phi is not None:
         ax = axes[-1]
         for label, (indices, unit) in groups.items():
-            ax.semilogy(sol.ts, jnp.max(jnp.abs(sol.phi[:, jnp.array(indices)]), axis=1) + 1e-17, label=f"{label} {unit}")
+            ax.semilogy(sol.ts, np.max(np.abs(sol.phi[:, indices]), axis=1) + 1e-17, label=f"{label} {unit}")
         ax.set(title="largest constraint violation |Φ| of each kind", xlabel="t [s]", ylabel="|Φ| (unit in the legend)")
         ax.legend(fontsize=7)
     fig.suptitle(f"{name}: joint coordinates and constraint violation (ukjax)")
