@@ -532,3 +532,31 @@ def test_the_command_line_simulates_the_file_with_its_contacts(scene, tmp_path, 
     penetration = float(text.split("largest penetration ")[1].split()[0])
     assert penetration <= 1e-9 and (tmp_path / "scene.png").stat().st_size > 10_000
 
+
+
+def test_event_root_finder_against_closed_forms():
+    """The events' root finder (Illinois) on crossings whose roots are known: a smooth one
+    to round-off in a quarter of bisection's evaluations, a zero at the bracket's end at
+    once, a flat triple root, and a jump across zero refused (no root to locate)."""
+    import optimistix as optx
+
+    from ukjax._stepping import FallingRoot
+
+    def find(f, lower_value):
+        return optx.root_find(
+            lambda s, _: f(s),
+            FallingRoot(rtol=1e-14, atol=1e-14),
+            y0=jnp.array(1.0),
+            options=dict(lower=0.0, upper=1.0, lower_value=lower_value),
+            throw=False,
+        )
+
+    smooth = find(lambda s: 1e-6 * (0.3 - s**2), 0.3e-6)
+    assert smooth.result == optx.RESULTS.successful
+    assert abs(float(smooth.value) - np.sqrt(0.3)) < 1e-14 and int(smooth.stats["num_steps"]) <= 12
+    at_end = find(lambda s: 1.0 - s, 1.0)
+    assert float(at_end.value) == 1.0 and int(at_end.stats["num_steps"]) == 1
+    triple = find(lambda s: 1e-6 * (0.5 - s) ** 3, 0.125e-6)
+    assert triple.result == optx.RESULTS.successful and abs(float(triple.value) - 0.5) < 1e-12
+    jump = find(lambda s: jnp.where(s < 0.3, 1e-6, -1e-6), 1e-6)
+    assert jump.result != optx.RESULTS.successful and abs(float(jump.value) - 0.3) < 1e-13

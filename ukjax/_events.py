@@ -67,7 +67,7 @@ def warn_if_started_inside(solution: Solution, atol: float) -> None:
 # would hide every event of that segment.
 _GAP_OFFSET = 1e-12
 _FORCE_OFFSET = 2.0
-# The root finder stops where the bracket is 1e-14 wide and the value below 1e-14. Forces
+# The root finder stops where the value is below 1e-14 (`FallingRoot`). Forces
 # solved through an ill-conditioned Delassus matrix (Cassie's feet and loops) carry more
 # round-off than that, and whether their events were located was luck: values are scaled so
 # that 1e-8 (m, m/s, or relative to a contact's force scale) counts as zero. A value that
@@ -267,6 +267,7 @@ def simulate_events(
         converged=jnp.array(True),
         valid=jnp.array(True),
         result=diffrax.RESULTS.successful,
+        unlocated=jnp.array(False),
         steps=jnp.zeros((), jnp.int32),
         meter=progress_meter.init(),
     )
@@ -331,6 +332,7 @@ def simulate_events(
             converged=converged,
             valid=valid,
             result=run.result,
+            unlocated=run.unlocated,
             steps=state["steps"] + run.stats["num_steps"],
             meter=run.meter,
         )
@@ -361,9 +363,8 @@ def simulate_events(
     contacts_status = jnp.where(final["converged"], Status.MAX_EVENTS_REACHED, Status.CONTACT_UNRESOLVED)
     status = jnp.where(stopped, contacts_status, status)
     # The event's root finder stops only where the event value is within 1e-14 of zero: it
-    # runs out of steps where a value jumps across zero instead of crossing it.
-    unlocated = final["result"] == diffrax.RESULTS.nonlinear_max_steps_reached
-    status = jnp.where(unlocated & start_finite, Status.CONTACT_UNRESOLVED, status)
+    # fails where a value jumps across zero instead of crossing it.
+    status = jnp.where(final["unlocated"] & start_finite, Status.CONTACT_UNRESOLVED, status)
     status = jnp.where(final["valid"], status, Status.INVALID_PARAMETERS).astype(jnp.int32)
 
     def saved(t, q, qd, mode, direction, weight):

@@ -236,6 +236,72 @@ class Projecting(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
         return self._inner().func(terms, t0, y0, args)
 
 
+class _FallState(eqx.Module):
+    lower: Array
+    upper: Array
+    lower_value: Array
+    upper_value: Array
+    replaced: Array  # +1 where the last step moved `lower`, -1 `upper`, 0 before the first
+    last: Array
+    value: Array
+    step: Array  # from `last` to the next point
+
+
+class FallingRoot(optx.AbstractRootFinder):
+    """The root of a scalar function that falls through zero in `[lower, upper]` (`f(lower) > 0
+    ≥ f(upper)`), by the Illinois method: regula falsi, with the value at an end halved where
+    the other end moved twice running, so that both ends close in. Where bisection to 1e-14
+    takes 30–45 evaluations from a step's width, this takes 5–10 on a smooth crossing; on a
+    jump it closes in on the jump about as bisection does.
+
+    Its options: `lower`, `upper`, and `lower_value` (`f(lower)`, known to the caller).
+    It stops at an evaluation with `|f| < atol` whose next step is within `atol + rtol·|y|`
+    (as bisection's ends are) and returns that point, or fails (`nonlinear_divergence`) where
+    the ends are that close with no such value between (a jump across zero).
+    """
+
+    rtol: float
+    atol: float
+    norm: ClassVar[Callable] = optx.max_norm
+
+    def init(self, fn, y, args, options, f_struct, aux_struct, tags):
+        dtype = f_struct.dtype
+        lower, upper, lower_value = (jnp.asarray(options[k], dtype) for k in ("lower", "upper", "lower_value"))
+        nan = jnp.full((), jnp.nan, dtype)
+        inf = jnp.full((), jnp.inf, dtype)
+        return _FallState(lower, upper, lower_value, nan, jnp.array(0), y, inf, inf)
+
+    def step(self, fn, y, args, options, state, tags):
+        value, aux = fn(y, args)
+        above = value > 0
+        # the Illinois rule: an end left behind twice running has its value halved
+        lower_value = jnp.where(~above & (state.replaced == -1), 0.5 * state.lower_value, state.lower_value)
+        upper_value = jnp.where(above & (state.replaced == 1), 0.5 * state.upper_value, state.upper_value)
+        lower, lower_value = jnp.where(above, y, state.lower), jnp.where(above, value, lower_value)
+        upper, upper_value = jnp.where(above, state.upper, y), jnp.where(above, upper_value, value)
+        secant = upper - upper_value * (upper - lower) / (upper_value - lower_value)
+        inside = jnp.isfinite(secant) & (lower < secant) & (secant < upper)
+        # a zero is the root: stay there
+        new = jnp.where(value == 0, y, jnp.where(inside, secant, lower + 0.5 * (upper - lower)))
+        replaced = jnp.where(above, 1, -1)
+        state = _FallState(lower, upper, lower_value, upper_value, replaced, y, value, jnp.abs(new - y))
+        return new, state, aux
+
+    def terminate(self, fn, y, args, options, state, tags):
+        small = jnp.abs(state.value) < self.atol
+        # a small value is not enough where the function is flat: the next step must be small too
+        settled = state.step < self.atol + self.rtol * jnp.abs(state.last)
+        # ends this close with no small value: the function jumps across zero there
+        closed = state.upper - state.lower < self.atol + self.rtol * jnp.abs(state.upper)
+        failed = closed & ~small
+        return (small & settled) | closed, optx.RESULTS.where(
+            failed, optx.RESULTS.nonlinear_divergence, optx.RESULTS.successful
+        )
+
+    def postprocess(self, fn, y, aux, args, options, state, tags, result):
+        return state.last, aux, {}
+
+
 def loop_kind(adjoint: diffrax.AbstractAdjoint) -> str:
     """The kind of `integrate`'s while loops for `adjoint`: checkpointed for reverse mode,
     plain for forward mode."""
@@ -265,6 +331,7 @@ class Integration(eqx.Module):
     records: PyTree
     index: Array
     result: diffrax.RESULTS
+    unlocated: Array  # the event's crossing, where its root could not be located
     accepted: Array
     rejected: Array
     meter: PyTree
@@ -333,7 +400,7 @@ def integrate(
     - `progress_meter`: diffrax's, with its state `meter`.
     - `event`: None, or `(function, value)`: the run stops where `function(s, y)` falls
       from above zero to zero or below between two steps' ends, located on the step's dense
-      output (bisection to 1e-14); `value` its value at `s0`.
+      output (`FallingRoot`, to 1e-14); `value` its value at `s0`.
 
     **Returns:**
 
@@ -370,6 +437,7 @@ def integrate(
         records=records,
         index=index,
         result=diffrax.RESULTS.successful,
+        unlocated=jnp.array(False),
         accepted=zero,
         rejected=zero,
         meter=meter,
@@ -409,6 +477,7 @@ def integrate(
             records=records,
             index=index,
             result=result,
+            unlocated=x.unlocated,
             accepted=x.accepted + keep,
             rejected=x.rejected + ~keep,
             meter=progress_meter.step(x.meter, jnp.where(advance, sprev, x.s)),
@@ -429,17 +498,21 @@ def integrate(
         # values fall through zero; a member that met no event has its root at its end
         root = optx.root_find(
             lambda s, _: jnp.where(x.crossed, function(s, interpolation.evaluate(s)), upper - s),
-            optx.Bisection(rtol=1e-14, atol=1e-14, flip=True),
+            FallingRoot(rtol=1e-14, atol=1e-14),
             y0=upper,
-            options=dict(lower=lower, upper=upper),
+            options=dict(lower=lower, upper=upper, lower_value=jnp.where(x.crossed, x.value, upper - lower)),
             throw=False,
         )
         unlocated = x.crossed & (root.result != optx.RESULTS.successful)
-        return root.value, diffrax.RESULTS.where(unlocated, diffrax.RESULTS.promote(root.result), x.result)
+        return root.value, diffrax.RESULTS.where(unlocated, diffrax.RESULTS.promote(root.result), x.result), unlocated
 
     # no root to find where no member of a batch met an event
-    s, result = jax.lax.cond(eqxi.unvmap_any(x.crossed), locate, lambda: (upper, x.result))
+    s, result, unlocated = jax.lax.cond(
+        eqxi.unvmap_any(x.crossed), locate, lambda: (upper, x.result, jnp.array(False))
+    )
     s = jnp.where(x.crossed, s, x.s)
     y = jax.tree.map(lambda a, b: jnp.where(x.crossed, a, b), interpolation.evaluate(s), x.y)
     records, index = _save(interpolation, saves, jnp.where(x.crossed, s, -jnp.inf), record, x.records, x.index, kind)
-    return eqx.tree_at(lambda x: (x.s, x.y, x.records, x.index, x.result), x, (s, y, records, index, result))
+    return eqx.tree_at(
+        lambda x: (x.s, x.y, x.records, x.index, x.result, x.unlocated), x, (s, y, records, index, result, unlocated)
+    )
