@@ -346,10 +346,16 @@ class Integration(eqx.Module):
         }
 
 
+# Saves interpolated at once on a step (a vectorised evaluation of its dense output): a loop
+# trip per save cost about 1 µs, more than the run, on a bouncing ball saved every 0.1 ms.
+_SAVES_AT_ONCE = 32
+
+
 def _save(interpolation, saves, upto, record, records, index, kind):
-    """The saves from `index` on that lie at or before `upto`, each interpolated once on the
-    step's dense output and written by `record` into `records`."""
+    """The saves from `index` on that lie at or before `upto`, interpolated on the step's
+    dense output and written by `record` into `records`, up to `_SAVES_AT_ONCE` at a time."""
     k = saves.shape[0]
+    size = min(_SAVES_AT_ONCE, k)
 
     def cond(carry):
         _, i = carry
@@ -357,9 +363,19 @@ def _save(interpolation, saves, upto, record, records, index, kind):
 
     def body(carry):
         records, i = carry
-        new = record(interpolation.evaluate(saves[i]))
+        # a block of the records, from the first save due or ending at the last save
+        rows = jnp.minimum(i, k - size) + jnp.arange(size)
+        due = (rows >= i) & (saves[rows] <= upto)
+        new = jax.vmap(record)(jax.vmap(interpolation.evaluate)(saves[rows]))
+
+        def write(x, all):
+            # the rows not due keep what they hold (written out of bounds and dropped, their
+            # cotangents would be read back out of bounds: NaN)
+            kept = jnp.where(due.reshape(due.shape + (1,) * (x.ndim - 1)), x, all[rows])
+            return all.at[rows].set(kept, unique_indices=True)
+
         # mapped over `new`: the records' leaves are buffers, each a pytree of its own
-        return jax.tree.map(lambda x, all: all.at[i].set(x), new, records), i + 1
+        return jax.tree.map(write, new, records), i + jnp.sum(due, dtype=i.dtype)
 
     # the records as buffers: written in place where a member of a batch saves, not copied
     # whole for every member that does not
