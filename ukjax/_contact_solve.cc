@@ -49,6 +49,11 @@ struct Pseudoinverse {
   enum { INDEPENDENT, DEPENDENT, SVD } route = INDEPENDENT;
   std::vector<double> d, Lc, Q, N, Pt;  // lengths, coordinates, basis, factor of Yᵀ D² Y, SVD's B⁺ᵀ
   std::vector<int> order;
+  // work space, kept from one state to the next: allocating it per state cost a tenth of a
+  // contact solve on Cassie
+  std::vector<double> U, left, v, w, YY, W, V, inverse;
+  std::vector<int> taken_at;
+  mutable std::vector<double> y;
 
   void factor(int rows, int columns, const double* B, double floor, double cut, double well);
 
@@ -60,7 +65,7 @@ struct Pseudoinverse {
         for (int c = 0; c < n; ++c) z[c] += Pt[a * n + c] * e[a];
       return;
     }
-    std::vector<double> y(rank);
+    y.resize(rank);
     if (route == INDEPENDENT) {  // B = D G Q in the order taken: y = G⁻¹ D⁻¹ e
       for (int j = 0; j < rank; ++j) {
         double t = e[order[j]] / d[order[j]];
@@ -87,7 +92,7 @@ struct Pseudoinverse {
         for (int c = 0; c < n; ++c) lam[a] += Pt[a * n + c] * z[c];
       return;
     }
-    std::vector<double> y(rank);
+    y.resize(rank);
     for (int k = 0; k < rank; ++k) {
       double t = 0;
       for (int c = 0; c < n; ++c) t += Q[k * n + c] * z[c];
@@ -129,8 +134,7 @@ struct Pseudoinverse {
 void Pseudoinverse::factor(int rows, int columns, const double* B, double floor, double cut, double well) {
   m = rows, n = columns, rank = 0, route = INDEPENDENT;
   d.assign(m, 0.0), Lc.assign(size_t(m) * n, 0.0), Q.assign(size_t(n) * n, 0.0), order.clear();
-  std::vector<double> U(size_t(m) * n), left(m, 1.0);
-  std::vector<int> taken_at(m, -1);
+  U.resize(size_t(m) * n), left.assign(m, 1.0), taken_at.assign(m, -1);
   for (int i = 0; i < m; ++i) {
     double s = 0;
     for (int c = 0; c < n; ++c) s += B[i * n + c] * B[i * n + c];
@@ -138,7 +142,7 @@ void Pseudoinverse::factor(int rows, int columns, const double* B, double floor,
     for (int c = 0; c < n; ++c) U[i * n + c] = B[i * n + c] / d[i];
   }
   int r = std::min(m, n);
-  std::vector<double> v(n), w(n);
+  v.resize(n), w.resize(n);
   for (int j = 0; j < r; ++j) {
     int best = -1;
     for (int i = 0; i < m; ++i)
@@ -193,7 +197,7 @@ void Pseudoinverse::factor(int rows, int columns, const double* B, double floor,
   if (exact && !dependent) return;
   if (exact) {  // B = (D Y) Q: B⁺ = Qᵀ (Yᵀ D² Y)⁻¹ Yᵀ D
     route = DEPENDENT;
-    std::vector<double> YY(size_t(rank) * rank, 0.0);
+    YY.assign(size_t(rank) * rank, 0.0);
     N.assign(size_t(rank) * rank, 0.0);
     for (int a = 0; a < rank; ++a)
       for (int b = 0; b <= a; ++b) {
@@ -207,7 +211,7 @@ void Pseudoinverse::factor(int rows, int columns, const double* B, double floor,
   route = SVD;
   Pt.assign(size_t(m) * n, 0.0);
   // One-sided Jacobi on the rows: W = V B with orthogonal rows, B⁺ᵀ = Vᵀ diag(σ⁻²) W
-  std::vector<double> W(B, B + size_t(m) * n), V(size_t(m) * m, 0.0);
+  W.assign(B, B + size_t(m) * n), V.assign(size_t(m) * m, 0.0);
   for (int i = 0; i < m; ++i) V[i * m + i] = 1.0;
   double longest = 0;
   for (int i = 0; i < m; ++i) longest = std::max(longest, d[i] * d[i]);
@@ -240,7 +244,7 @@ void Pseudoinverse::factor(int rows, int columns, const double* B, double floor,
       }
     if (!(worst > EPS)) break;
   }
-  std::vector<double> inverse(m);
+  inverse.resize(m);
   double largest = 0;
   for (int i = 0; i < m; ++i) {
     double s = 0;
@@ -272,10 +276,13 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
   const int k = int(slide_b.dimensions().back());
   const int64_t batch = int64_t(Qb.element_count()) / std::max(n, 1);
   const int p = int(p_eq);
-  std::vector<double> L(size_t(n) * n), X, Bact, e(P);
-  Pseudoinverse pinv;
-  std::vector<int> active, column(P), friction(k);
-  std::vector<double> z(n), v(n), lam(P), slide_lam(k);
+  // the work space, kept by each thread from one call to the next (a simulation calls this
+  // for one state at a time)
+  static thread_local Pseudoinverse pinv;
+  static thread_local std::vector<int> active, column, friction, sliding, row_of;
+  static thread_local std::vector<double> L, X, Bact, e, z, v, lam, slide_lam, norms, Z, Lam, rhs, zcol, lcol, A, y;
+  L.resize(size_t(n) * n), e.resize(P), column.resize(P), friction.resize(k), row_of.resize(P);
+  z.resize(n), v.resize(n), lam.resize(P), slide_lam.resize(k), norms.resize(P), zcol.resize(n);
   for (int64_t s = 0; s < batch; ++s) {
     const double* M = Mb.typed_data() + s * n * n;
     const double* Q = Qb.typed_data() + s * n;
@@ -330,7 +337,7 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
     auto Y = [&](int i, int j) { return X[size_t(i) * cols + friction[j]]; };  // L⁻¹ K, sliding only
     // the closed rows, and those of them above the cut-off (`gram_factor`'s `negligible`)
     double longest = 0;
-    std::vector<double> norms(P, 0.0);
+    std::fill(norms.begin(), norms.end(), 0.0);
     for (int j = 0; j < P; ++j) {
       if (closing[j] == 0) continue;
       double t = 0;
@@ -353,11 +360,11 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
     }
     pinv.factor(m, n, Bact.data(), floor, cut, well);
     // z₀ = B⁺ e, and for each sliding contact B⁺ B yᵢ (yᵢ = L⁻¹ Kᵢ)
-    std::vector<int> sliding;
+    sliding.clear();
     for (int i = 0; i < k; ++i)
       if (slide[i] != 0) sliding.push_back(i);
     const int ns = int(sliding.size());
-    std::vector<double> Z(size_t(n) * (1 + ns), 0.0), Lam(size_t(m) * (1 + ns), 0.0), rhs(m), zcol(n), lcol(m);
+    Z.assign(size_t(n) * (1 + ns), 0.0), Lam.assign(size_t(m) * (1 + ns), 0.0), rhs.resize(m), lcol.resize(m);
     for (int col = 0; col <= ns; ++col) {
       for (int a = 0; a < m; ++a) {
         if (col == 0) {
@@ -374,10 +381,10 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
       for (int a = 0; a < m; ++a) Lam[a * (1 + ns) + col] = lcol[a];
     }
     // the sliding contacts' normal forces: (I − G) λₛ = λ₀ on the sliding contacts' normal rows
-    std::vector<int> row_of(P, -1);
+    std::fill(row_of.begin(), row_of.end(), -1);
     for (int a = 0; a < m; ++a) row_of[active[a]] = a;
     auto lam_at = [&](int row, int col) { return row_of[row] < 0 ? 0.0 : Lam[row_of[row] * (1 + ns) + col]; };
-    std::vector<double> A(size_t(ns) * ns), y(ns);
+    A.resize(size_t(ns) * ns), y.resize(ns);
     for (int a = 0; a < ns; ++a) {
       for (int c = 0; c < ns; ++c) A[a * ns + c] = (a == c) - lam_at(p + sliding[a], 1 + c);
       y[a] = lam_at(p + sliding[a], 0);
