@@ -180,6 +180,46 @@ def test_kernel_route_is_differentiated_by_the_xla_route(loops):
     )
 
 
+def test_kernel_dynamics_match_the_xla_route(loops):
+    """`M` and `Q` alone (what a system with contacts takes from the kernel): the tree with the
+    tendon across branches, one state and a batch (its lanes padded), a batch whose members
+    have masses of their own (the XLA route), and derivatives in both modes against central
+    differences."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("M and Q alone are built for a CPU")
+    tree = _driven(TENDON)[0].system.system
+    q0 = loops[1]
+    q, qd = _states(q0, 40, 4)
+    xla = jax.jit(jax.vmap(lambda q, qd: tree._mass_and_forces(q, qd)))
+    mapped = jax.jit(jax.vmap(lambda q, qd: tree.dynamics(0.0, q, qd)[:2]))
+    assert "ukjax_tree_dynamics_32" in mapped.lower(q, qd).as_text()
+    (M, Q), (Mx, Qx) = mapped(q, qd), xla(q, qd)
+    assert _relative(M, Mx) < 1e-13 and _relative(Q, Qx) < 1e-12
+    single = jax.jit(lambda q, qd: tree.dynamics(0.0, q, qd)[:2])
+    assert "ukjax_tree_dynamics_1" in single.lower(q[0], qd[0]).as_text()
+    M1, Q1 = single(q[0], qd[0])
+    assert _relative(M1, Mx[0]) < 1e-13 and _relative(Q1, Qx[0]) < 1e-12
+    # members with masses of their own: the XLA route, the same numbers
+    masses = tree.masses * jnp.linspace(0.5, 1.5, 40)[:, None]
+    own = jax.jit(jax.vmap(lambda m, q, qd: eqx.tree_at(lambda t: t.masses, tree, m).dynamics(0.0, q, qd)[:2]))
+    assert "ukjax_tree_dynamics" not in own.lower(masses, q, qd).as_text()
+    reference = jax.vmap(lambda m, q, qd: eqx.tree_at(lambda t: t.masses, tree, m)._mass_and_forces(q, qd))
+    for x, y in zip(own(masses, q, qd), reference(masses, q, qd)):
+        assert _relative(x, y) < 1e-13
+
+    def summed(m):
+        M, Q = eqx.tree_at(lambda t: t.masses, tree, m).dynamics(0.0, q[0], qd[0])[:2]
+        return jnp.sum(M * M) + jnp.sum(Q * jnp.linspace(-1.0, 1.0, Q.shape[0]))
+
+    direction = jnp.linspace(0.5, 1.5, tree.masses.shape[0])
+    h = 1e-6
+    finite = (summed(tree.masses + h * direction) - summed(tree.masses - h * direction)) / (2 * h)
+    _, tangent = jax.jit(lambda m, v: jax.jvp(summed, (m,), (v,)))(tree.masses, direction)
+    gradient = jax.jit(jax.grad(summed))(tree.masses)
+    assert abs(float(tangent) - float(finite)) < 1e-6 * abs(float(finite))
+    assert abs(float(gradient @ direction) - float(finite)) < 1e-6 * abs(float(finite))
+
+
 @pytest.mark.filterwarnings("ignore:The simulation starts off its constraints")  # random states
 def test_a_failed_member_leaves_the_batch_on_the_kernel(loops):
     system, q0 = loops

@@ -4,8 +4,8 @@ registered as XLA FFI targets for the CPU; the tree kernel also with CUDA's comp
 NVIDIA GPU (`built_cuda`), where JAX runs on one. `UKJAX_KERNELS=0` turns them off for the
 programs traced after it is set.
 
-- `_robots/kernels.cc`: the U-K solve of a rigid-body tree (`_robots/kernels.py`), built for
-  chunks of `LANES` states and for one, and for a GPU.
+- `_robots/kernels.cc`: the U-K solve of a rigid-body tree (`_robots/kernels.py`), and its
+  `M` and `Q` alone, built for chunks of `LANES` states and for one, and (the solve) for a GPU.
 - `_contact_solve.cc`: the linear algebra of a contact solve at fixed modes
   (`_unilateral.solve_modes`).
 """
@@ -114,6 +114,9 @@ def built() -> bool:
         return False
     for lanes in (LANES, 1):
         jax.ffi.register_ffi_target(tree_target(lanes), jax.ffi.pycapsule(handles[str(lanes)].UkTree), platform="cpu")
+        jax.ffi.register_ffi_target(
+            dynamics_target(lanes), jax.ffi.pycapsule(handles[str(lanes)].UkTreeDynamics), platform="cpu"
+        )
     jax.ffi.register_ffi_target(CONTACT_SOLVE, jax.ffi.pycapsule(handles["1"].UkContactSolve), platform="cpu")
     return True
 
@@ -161,13 +164,18 @@ def tree_target(lanes: int) -> str:
     return f"ukjax_tree_{lanes}"
 
 
+def dynamics_target(lanes: int) -> str:
+    """The FFI target of the tree kernel's `M` and `Q` alone, for chunks of `lanes` states (CPU)."""
+    return f"ukjax_tree_dynamics_{lanes}"
+
+
 def targets() -> list[str]:
     """The kernels' FFI targets, registered in this process for the CPU and, where JAX runs on
     an NVIDIA GPU, for it (built first where needed; none where they do not build): a program
     exported with calls to them (`jax.export`) runs in a process where they are registered."""
     if not enabled():
         return []
-    names = [tree_target(LANES), tree_target(1), CONTACT_SOLVE] if built() else []
+    names = [tree_target(LANES), tree_target(1), dynamics_target(LANES), dynamics_target(1), CONTACT_SOLVE] if built() else []
     if jax.default_backend() == "gpu" and built_cuda() and tree_target(1) not in names:
         names.append(tree_target(1))
     return names

@@ -8,7 +8,7 @@
 // by `kernels.py`, which checks that a system is made only of what this file and the caller
 // model, and hands it the tree's structure as index tables (`Section`).
 //
-// One source, three builds, all computing a member with `member<T>`:
+// One source, three builds, all computing a member with `solve<T>` (or `dynamics<T>`: M and Q alone):
 // - for a CPU, chunks of C lanes (`UKJAX_LANES`): T is `L`, C states side by side, a loop the
 //   compiler vectorizes;
 // - for a CPU, one lane: T is `double`, the members one after another, each with its work space
@@ -282,7 +282,8 @@ struct Args {
       *stiffness, *spring_ref, *gravity, *connect_anchors, *tendon_coef, *tendon_arm, *gains;
   const double *qpos, *qvel, *applied, *rows_A, *rows_b;
   double alpha, beta, floor, zero_row;
-  double *qacc, *force, *health;
+  double *qacc, *force, *health;  // the solve's results
+  double *mass_matrix, *forces;   // the dynamics' (`UkTreeDynamics`)
 
   HD const int64_t* section(int s) const { return structure + structure[s]; }
   HD int size(int s) const { return int(structure[s + 1] - structure[s]); }
@@ -415,10 +416,11 @@ HD void uk_solve(const Args& a, const Work<T>& w, T& inconsistency, T& fault) {
   for (int c = 0; c < n; ++c) x[c] += z[c];
 }
 
-// The solve of the member (or the chunk of members) from `member` into the (B, n), (B, n) and
-// (B, 2) outputs
+// The equations of motion of the member (or the chunk of members) from `member` in the work
+// space: M (its lower triangle in E) and Q with the quaternions' norm rows folded in, and the
+// rows A, b of the norms, the connects and the caller's
 template <class T>
-HD void member(const Args& a, const Work<T>& w, int64_t member) {
+HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
   const int b = a.b, J = a.J, k = a.k, n = a.n, r = a.r;
   const int64_t *par = a.section(PARENTS), *jb = a.section(JOINT_BODY), *jk = a.section(JOINT_KIND),
                 *jc = a.section(JOINT_COORD), *jd = a.section(JOINT_DOF), *cb = a.section(CONNECT_BODIES),
@@ -646,15 +648,36 @@ HD void member(const Args& a, const Work<T>& w, int64_t member) {
     load(bvec[row], a.rows_b, member, r, e);
     for (int c = 0; c < n; ++c) load(A[int64_t(row) * n + c], a.rows_A, member, int64_t(r) * n, int64_t(e) * n + c);
   }
+}
+
+// The solve of the member (or the chunk of members) from `member` into the (B, n), (B, n) and
+// (B, 2) outputs
+template <class T>
+HD void solve(const Args& a, const Work<T>& w, int64_t member) {
+  assemble(a, w, member);
   T inconsistency, fault;
   uk_solve(a, w, inconsistency, fault);
+  const int n = a.n;
   for (int c = 0; c < n; ++c) store(w.x[c], a.qacc, member, n, c), store(w.f[c], a.force, member, n, c);
   store(inconsistency, a.health, member, 2, 0), store(fault, a.health, member, 2, 1);
 }
 
-// the handler's arguments; the rows' count `p` is an attribute, for the structure lives where
+// M and Q of the member (or the chunk) into the (B, n, n) and (B, n) outputs, as
+// `RigidBodyTree.dynamics` gives them
+template <class T>
+HD void dynamics(const Args& a, const Work<T>& w, int64_t member) {
+  assemble(a, w, member);
+  const int n = a.n;
+  for (int i = 0; i < n; ++i) {
+    store(w.Q[i], a.forces, member, n, i);
+    for (int j = 0; j < n; ++j)
+      store(w.E[int64_t(i > j ? i : j) * n + (i > j ? j : i)], a.mass_matrix, member, int64_t(n) * n, int64_t(i) * n + j);
+  }
+}
+
+// the handlers' arguments; the rows' count `p` is an attribute, for the structure lives where
 // the states do, out of a GPU handler's reach
-#define UKJAX_TREE_ARGUMENTS                                                                                       \
+#define UKJAX_TREE_INPUTS                                                                                          \
   ffi::Buffer<ffi::S64> structure, ffi::Buffer<ffi::F64> body_pos, ffi::Buffer<ffi::F64> body_rot,                 \
       ffi::Buffer<ffi::F64> mass, ffi::Buffer<ffi::F64> com, ffi::Buffer<ffi::F64> inertia,                       \
       ffi::Buffer<ffi::F64> axis, ffi::Buffer<ffi::F64> anchor, ffi::Buffer<ffi::F64> reference,                  \
@@ -663,11 +686,12 @@ HD void member(const Args& a, const Work<T>& w, int64_t member) {
       ffi::Buffer<ffi::F64> tendon_coef, ffi::Buffer<ffi::F64> tendon_arm, ffi::Buffer<ffi::F64> gains,           \
       ffi::Buffer<ffi::F64> qpos, ffi::Buffer<ffi::F64> qvel, ffi::Buffer<ffi::F64> applied,                      \
       ffi::Buffer<ffi::F64> rows_A, ffi::Buffer<ffi::F64> rows_b, double alpha, double beta, double floor,        \
-      double zero_row, int64_t p, int64_t space, ffi::ResultBuffer<ffi::F64> qacc,                              \
-      ffi::ResultBuffer<ffi::F64> force, ffi::ResultBuffer<ffi::F64> health
+      double zero_row, int64_t p, int64_t space
+#define UKJAX_TREE_SOLVED \
+  ffi::ResultBuffer<ffi::F64> qacc, ffi::ResultBuffer<ffi::F64> force, ffi::ResultBuffer<ffi::F64> health
 
-// The handler's buffers and attributes in `Args`
-static Args arguments(UKJAX_TREE_ARGUMENTS) {
+// The handlers' input buffers and attributes in `Args`
+static Args arguments(UKJAX_TREE_INPUTS) {
   Args a;
   a.structure = structure.typed_data();
   a.b = int(body_pos.dimensions()[0]), a.J = int(axis.dimensions()[0]), a.k = int(connect_anchors.dimensions()[0]);
@@ -682,16 +706,16 @@ static Args arguments(UKJAX_TREE_ARGUMENTS) {
   a.qpos = qpos.typed_data(), a.qvel = qvel.typed_data(), a.applied = applied.typed_data();
   a.rows_A = rows_A.typed_data(), a.rows_b = rows_b.typed_data();
   a.alpha = alpha, a.beta = beta, a.floor = floor, a.zero_row = zero_row;
-  a.qacc = qacc->typed_data(), a.force = force->typed_data(), a.health = health->typed_data();
+  a.qacc = a.force = a.health = a.mass_matrix = a.forces = nullptr;
   return a;
 }
 
 #define UKJAX_TREE_CALL                                                                                            \
   structure, body_pos, body_rot, mass, com, inertia, axis, anchor, reference, armature, damping, stiffness,       \
       spring_ref, gravity, connect_anchors, tendon_coef, tendon_arm, gains, qpos, qvel, applied, rows_A, rows_b,   \
-      alpha, beta, floor, zero_row, p, space, qacc, force, health
+      alpha, beta, floor, zero_row, p, space
 
-// the handler's binding: the structure, 22 float64 buffers, the attributes and the results
+// the handlers' binding: the structure, 22 float64 buffers and the attributes, then the results
 // (a binding cannot be copied or moved outside XLA's own code: it is taken by reference and
 // each step returned as XLA builds it)
 template <int N, class Binding>
@@ -708,10 +732,9 @@ auto f64_buffers(Binding&& binding) {
       .Attr<double>("floor")                               \
       .Attr<double>("zero_row")                            \
       .Attr<int64_t>("p")                                  \
-      .Attr<int64_t>("space")                              \
-      .Ret<ffi::Buffer<ffi::F64>>()                        \
-      .Ret<ffi::Buffer<ffi::F64>>()                        \
-      .Ret<ffi::Buffer<ffi::F64>>()
+      .Attr<int64_t>("space")
+#define UKJAX_TREE_SOLVED_BINDING(binding) \
+  UKJAX_TREE_BINDING(binding).Ret<ffi::Buffer<ffi::F64>>().Ret<ffi::Buffer<ffi::F64>>().Ret<ffi::Buffer<ffi::F64>>()
 
 // The members in the GPU's layout take a work space of at most `space` bytes: the batch runs in
 // slices of `slice` members (all of them where they fit), value k of member m at
@@ -735,11 +758,12 @@ __global__ void tree_kernel(Args a, char* space, int64_t slice, int64_t first, i
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
   Carver carver{space, slice, i};
-  member<double>(a, Work<double>(carver, a), first + i);
+  solve<double>(a, Work<double>(carver, a), first + i);
 }
 
-static ffi::Error UkTreeCudaImpl(cudaStream_t stream, UKJAX_TREE_ARGUMENTS) {
+static ffi::Error UkTreeCudaImpl(cudaStream_t stream, UKJAX_TREE_INPUTS, UKJAX_TREE_SOLVED) {
   Args a = arguments(UKJAX_TREE_CALL);
+  a.qacc = qacc->typed_data(), a.force = force->typed_data(), a.health = health->typed_data();
   const int64_t B = qpos.dimensions()[0];
   const Slices plan = slices(a, B, space);
   // from the stream's memory pool, freed in the stream's order after the kernels (XLA's scratch
@@ -762,34 +786,50 @@ static ffi::Error UkTreeCudaImpl(cudaStream_t stream, UKJAX_TREE_ARGUMENTS) {
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeCuda, UkTreeCudaImpl,
-                              UKJAX_TREE_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
+                              UKJAX_TREE_SOLVED_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
 #else
 
-static ffi::Error UkTreeImpl(UKJAX_TREE_ARGUMENTS) {
-  Args a = arguments(UKJAX_TREE_CALL);
-  const int64_t B = qpos.dimensions()[0];
+// `each(work, member)` for every member of the batch: a chunk of lanes at a time in one work
+// space, or (one lane) the members one after another in the GPU's layout and slices
+template <class Each>
+static ffi::Error members(const Args& a, int64_t B, int64_t space, Each each) {
   if (B % C) return ffi::Error::InvalidArgument("the batch must be a multiple of the lanes per chunk");
   if (C > 1) {
-    // a chunk of lanes at a time, in one work space
     Carver sizing{nullptr, 1, 0};
     Work<L>(sizing, a);
-    std::vector<L> space(sizing.used / sizeof(L) + 1);
-    Carver carver{reinterpret_cast<char*>(space.data()), 1, 0};
+    std::vector<L> memory(sizing.used / sizeof(L) + 1);
+    Carver carver{reinterpret_cast<char*>(memory.data()), 1, 0};
     Work<L> work(carver, a);
-    for (int64_t b0 = 0; b0 < B; b0 += C) member<L>(a, work, b0);
+    for (int64_t b0 = 0; b0 < B; b0 += C) each(work, b0);
   } else {
-    // the members one after another, in the GPU's layout and slices
     const Slices plan = slices(a, B, space);
-    std::vector<double> work(plan.bytes / sizeof(double));
+    std::vector<double> memory(plan.bytes / sizeof(double));
     for (int64_t m = 0; m < B; ++m) {
-      Carver carver{reinterpret_cast<char*>(work.data()), plan.slice, m % plan.slice};
-      member<double>(a, Work<double>(carver, a), m);
+      Carver carver{reinterpret_cast<char*>(memory.data()), plan.slice, m % plan.slice};
+      each(Work<double>(carver, a), m);
     }
   }
   return ffi::Error::Success();
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTree, UkTreeImpl, UKJAX_TREE_BINDING(ffi::Ffi::Bind()));
+static ffi::Error UkTreeImpl(UKJAX_TREE_INPUTS, UKJAX_TREE_SOLVED) {
+  Args a = arguments(UKJAX_TREE_CALL);
+  a.qacc = qacc->typed_data(), a.force = force->typed_data(), a.health = health->typed_data();
+  return members(a, qpos.dimensions()[0], space, [&](const auto& work, int64_t m) { solve(a, work, m); });
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTree, UkTreeImpl, UKJAX_TREE_SOLVED_BINDING(ffi::Ffi::Bind()));
+
+// M and Q alone (`RigidBodyTree.dynamics`): a system with contacts solves them elsewhere
+static ffi::Error UkTreeDynamicsImpl(UKJAX_TREE_INPUTS, ffi::ResultBuffer<ffi::F64> mass_out,
+                                     ffi::ResultBuffer<ffi::F64> forces_out) {
+  Args a = arguments(UKJAX_TREE_CALL);
+  a.mass_matrix = mass_out->typed_data(), a.forces = forces_out->typed_data();
+  return members(a, qpos.dimensions()[0], space, [&](const auto& work, int64_t m) { dynamics(a, work, m); });
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeDynamics, UkTreeDynamicsImpl,
+                              UKJAX_TREE_BINDING(ffi::Ffi::Bind()).Ret<ffi::Buffer<ffi::F64>>().Ret<ffi::Buffer<ffi::F64>>());
 
 #endif

@@ -5,7 +5,9 @@ memory, with the batch on the slow axis (measured on a prototype, 2026-11-25: Ca
 acceleration 59–67 µs per member under `vmap`, the machine's arithmetic allows 1–2).
 `kernels.cc` computes the whole solve of a tree for `B` states in one XLA FFI call, the batch
 as the minor axis of every value: 4–7 µs per member on Cassie. What it does not model is
-evaluated in XLA and handed to it (`covered`).
+evaluated in XLA and handed to it (`covered`). A tree's `M` and `Q` alone come from it too
+(`mass_and_forces`, `RigidBodyTree.dynamics`): a system with contacts solves its rows with
+the contact solve's kernel, and took 34 µs per state on Cassie's `M` and `Q` in XLA.
 
 The same source is built for an NVIDIA GPU with CUDA's compiler, one thread per member (on an
 H200, 2026-11-27: see `benchmarks/gpu.py`). It is built by `_native` (once per machine and
@@ -27,7 +29,7 @@ from jaxtyping import Array, Float
 from .._constraints import AbstractConstraint, Baumgarte, stack_rows
 from .._core import UKSolution
 from .._linalg import negligible, rank_tolerance
-from .._native import LANES, built, built_cuda, enabled, tree_target
+from .._native import LANES, built, built_cuda, dynamics_target, enabled, tree_target
 from .._systems import AbstractSystem, ConstrainedSystem, Forced
 from .._unilateral import AbstractUnilateral
 from .actuators import Actuated
@@ -197,6 +199,23 @@ def _call(parts: Parts, q: Float[Array, "B n"], qd: Float[Array, "B n"], outside
     of one lane, which on a CPU runs the members one by one in the GPU's layout; `space` bounds
     that build's work space in bytes (the batch runs in slices that fit)."""
     B, n = q.shape
+    shapes = ((n,), (n,), (2,))
+    return _ffi(tree_target, shapes, parts, q, qd, outside, lanes, space)
+
+
+def _dynamics_call(tree: RigidBodyTree, q: Float[Array, "B n"], qd: Float[Array, "B n"], applied, lanes=None):
+    """`M` and `Q` of `tree` at `B` states as `RigidBodyTree.dynamics` gives them (its
+    quaternions' norm rows folded in), shapes (B, n, n) and (B, n), `applied` (B, n) the forces
+    applied from outside the kernel (the tendons'); `lanes` as for `_call`."""
+    n = q.shape[1]
+    parts = Parts(tree, (), tree, (), (), None)
+    outside = (applied, jnp.zeros((q.shape[0], 0, n), q.dtype), jnp.zeros((q.shape[0], 0), q.dtype))
+    return _ffi(dynamics_target, ((n, n), (n,)), parts, q, qd, outside, lanes, SPACE)
+
+
+def _ffi(target, shapes, parts: Parts, q, qd, outside, lanes, space):
+    """`kernels.cc`'s handler `target(lanes)` on `B` states, its results of `shapes` per state."""
+    B, n = q.shape
     if outside is None:
         outside = (jnp.zeros_like(q), jnp.zeros((B, 0, n), q.dtype), jnp.zeros((B, 0), q.dtype))
     if lanes is None:
@@ -228,13 +247,12 @@ def _call(parts: Parts, q: Float[Array, "B n"], qd: Float[Array, "B n"], outside
         else jnp.stack([parts.stabilization.alpha, parts.stabilization.beta]),
     )
     p = len(tree._quaternions()) + 3 * len(connects) + outside[2].shape[1]
-    outputs = (
-        jax.ShapeDtypeStruct((size, n), q.dtype),
-        jax.ShapeDtypeStruct((size, n), q.dtype),
-        jax.ShapeDtypeStruct((size, 2), q.dtype),
-    )
     alpha, beta = NORM_GAINS
-    results = jax.ffi.ffi_call(tree_target(lanes), outputs)(
+    # a batch the kernel's own batching rule does not see (a vmap around one that did): its
+    # members one after another, each a call on its (B, n) states
+    results = jax.ffi.ffi_call(
+        target(lanes), tuple(jax.ShapeDtypeStruct((size, *x), q.dtype) for x in shapes), vmap_method="sequential"
+    )(
         _structure(tree, tuple(connects)),
         *(x.astype(q.dtype) for x in parameters),
         q,
@@ -311,3 +329,57 @@ def solve(system, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> UKSolutio
         return system.solve(t, q, qd)
     acceleration, force, (inconsistency, fault) = _solve(system, t, q, qd)
     return UKSolution(acceleration, force, inconsistency, fault == 0, jnp.array(True))
+
+
+def _xla_dynamics(tree, q, qd):
+    return tree._mass_and_forces(q, qd)
+
+
+def _mapped_dynamics(static):
+    """`M`, `Q` as a function of the tree's arrays and one state, by the kernel for one state,
+    with a batching rule that runs it once over the batch (members with parameters of their
+    own take the XLA route), as `_mapped` does for the solve."""
+
+    def kernel(arrays, q, qd):
+        tree = eqx.combine(arrays, static)
+        M, Q = _dynamics_call(tree, q[None], qd[None], tree._tendon_forces(q, qd)[None])
+        return M[0], Q[0]
+
+    one = jax.custom_batching.custom_vmap(kernel)
+
+    @one.def_vmap
+    def _(size, batched, arrays, q, qd):
+        if any(jax.tree.leaves(batched[0])):
+            axes = jax.tree.map(lambda b: 0 if b else None, batched)
+            return jax.vmap(lambda a, q, qd: _xla_dynamics(eqx.combine(a, static), q, qd), in_axes=axes)(
+                arrays, q, qd
+            ), (True, True)
+        tree = eqx.combine(arrays, static)
+        q, qd = (x if b else jnp.broadcast_to(x, (size, *x.shape)) for x, b in zip((q, qd), batched[1:]))
+        return _dynamics_call(tree, q, qd, jax.vmap(tree._tendon_forces)(q, qd)), (True, True)
+
+    return one
+
+
+@eqx.filter_custom_jvp
+def _dynamics(tree, q, qd):
+    arrays, static = eqx.partition(tree, eqx.is_array)
+    return _mapped_dynamics(static)(arrays, q, qd)
+
+
+@_dynamics.def_jvp
+def _dynamics_jvp(primals, tangents):
+    # the tangent from the XLA route (the kernel has no derivative), in every parameter
+    _, tangent = eqx.filter_jvp(_xla_dynamics, primals, tangents)
+    return _dynamics(*primals), tangent
+
+
+def mass_and_forces(tree: RigidBodyTree, q: Float[Array, " n"], qd: Float[Array, " n"]):
+    """`RigidBodyTree.dynamics`' `M` and `Q` (its quaternions' norm rows folded in), by the
+    compiled kernel where it runs for the tree on a CPU (`runs`): for one state, and under
+    `jax.vmap` once for the whole batch. Derivatives come from the XLA route
+    (`RigidBodyTree._mass_and_forces`). A system with contacts solves its own rows, so only its
+    dynamics come from here."""
+    if qd.dtype != q.dtype or jax.default_backend() != "cpu" or runs(tree, q.dtype) is None:
+        return tree._mass_and_forces(q, qd)
+    return _dynamics(tree, q, qd)

@@ -398,20 +398,25 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         return (ConstraintLevel(self.norm_rows(q, qd), None, "svd"),) if self._quaternions() else ()
 
     def dynamics(self, t, q, qd):
-        # one evaluation of the kinematics for M and Q
+        from . import kernels  # which imports this module
+
+        M, Q = kernels.mass_and_forces(self, q, qd)
+        if not self._quaternions():
+            return Dynamics(M, Q, ())
+        return Dynamics(M, Q, (ConstraintLevel(self.norm_rows(q, qd), None, "svd"),))
+
+    def _mass_and_forces(self, q, qd):
+        """`M` and `Q` of `dynamics` in XLA: the kinematics evaluated once for both, the
+        quaternions' norm rows folded in."""
         kin = self.kinematics(q)
         M, Q = algorithms.mass_matrix(self, q, kin), self._forces(q, qd, kin)
         if not self._quaternions():
-            return Dynamics(M, Q, ())
+            return M, Q
         rows = self.norm_rows(q, qd)
         # M is singular along each quaternion: the auxiliary system M + γAᵀA, Q + γAᵀb moves
         # as the constrained one does, with γ of the size of the block the row completes
         gamma = jnp.stack([jnp.trace(M[c : c + 4, c : c + 4]) / 4 for c in self._quaternions()])
-        return Dynamics(
-            M + rows.A.T @ (gamma[:, None] * rows.A),
-            Q + rows.A.T @ (gamma * rows.b),
-            (ConstraintLevel(rows, None, "svd"),),
-        )
+        return M + rows.A.T @ (gamma[:, None] * rows.A), Q + rows.A.T @ (gamma * rows.b)
 
     def sketch(self, t, q):
         """Each body's origin joined to its parent's, one part per branch below a root body
