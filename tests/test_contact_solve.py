@@ -60,7 +60,7 @@ def kernel():
 def test_kernel_matches_the_xla_route(kind):
     args = problem(kind)
     # one program for both routes (op by op, every operation of the XLA route compiles apart)
-    native, dense = jax.jit(lambda *a: (_native_solve(*a, EQUALITIES), _dense_solve(*a, EQUALITIES)))(*args)
+    native, dense = jax.jit(lambda *a: (_native_solve(*a, EQUALITIES, True), _dense_solve(*a, EQUALITIES)))(*args)
     names = ["x", "force", "lambda", "sliding lambda", "mobility", "free rate", "health"]
     if kind == "no mass matrix":
         assert float(native[-1][1]) == float(dense[-1][1]) == 0.0
@@ -73,17 +73,24 @@ def test_kernel_matches_the_xla_route(kind):
     for name, a, b in zip(names, native, dense):
         scale = max(1.0, float(np.max(np.abs(b))))
         np.testing.assert_allclose(a, b, rtol=0, atol=(1e-9 if kind == "nearly dependent" else 1e-12) * scale, err_msg=name)
+    # without the contacts' scales (the solve at given modes): the same solve, no scales
+    without = jax.jit(lambda *a: _native_solve(*a, EQUALITIES, False))(*args)
+    for name, a, b in zip(names, without, native):
+        if name in ("mobility", "free rate"):
+            assert np.all(np.isnan(a)), name
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=name)
 
 
 def test_batches_are_the_single_solves():
     args = [jnp.stack(x) for x in zip(*(problem(kind, seed) for seed, kind in enumerate(KINDS[:4] * 2)))]
-    batched = jax.jit(jax.vmap(lambda *a: _native_solve(*a, EQUALITIES)))(*args)
-    single = jax.jit(lambda *a: _native_solve(*a, EQUALITIES))
+    batched = jax.jit(jax.vmap(lambda *a: _native_solve(*a, EQUALITIES, True)))(*args)
+    single = jax.jit(lambda *a: _native_solve(*a, EQUALITIES, True))
     for i in range(args[0].shape[0]):
         for a, b in zip(batched, single(*(x[i] for x in args))):
             np.testing.assert_array_equal(a[i], b)
     # a constant argument broadcast over the batch
-    shared = jax.jit(jax.vmap(lambda Q: _native_solve(args[0][0], Q, *(x[0] for x in args[2:]), EQUALITIES)))(args[1])
+    shared = jax.jit(jax.vmap(lambda Q: _native_solve(args[0][0], Q, *(x[0] for x in args[2:]), EQUALITIES, True)))(args[1])
     np.testing.assert_array_equal(shared[0][0], batched[0][0])
 
 
@@ -101,7 +108,7 @@ def test_derivatives_forward_and_reverse_against_differences(kind):
     w = jnp.asarray(rng.normal(size=N))
 
     def f(h):
-        x, force, lam, *_ = _native_solve(M + h * dM, Q + h * dQ, rows + h * drows, b, closing, K, slide, EQUALITIES)
+        x, force, lam, *_ = _native_solve(M + h * dM, Q + h * dQ, rows + h * drows, b, closing, K, slide, EQUALITIES, True)
         return jnp.dot(w, x) + jnp.sum(jnp.sin(lam))
 
     @jax.jit

@@ -266,7 +266,8 @@ void Pseudoinverse::factor(int rows, int columns, const double* B, double floor,
 static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::F64> Qb, ffi::Buffer<ffi::F64> Rb,
                                      ffi::Buffer<ffi::F64> bb, ffi::Buffer<ffi::F64> closing_b,
                                      ffi::Buffer<ffi::F64> Kb, ffi::Buffer<ffi::F64> slide_b, int64_t p_eq,
-                                     double floor, double cut, double well, ffi::ResultBuffer<ffi::F64> x_out,
+                                     int64_t scales, double floor, double cut, double well,
+                                     ffi::ResultBuffer<ffi::F64> x_out,
                                      ffi::ResultBuffer<ffi::F64> force_out, ffi::ResultBuffer<ffi::F64> lam_out,
                                      ffi::ResultBuffer<ffi::F64> slide_out, ffi::ResultBuffer<ffi::F64> mobility_out,
                                      ffi::ResultBuffer<ffi::F64> free_out, ffi::ResultBuffer<ffi::F64> health_out) {
@@ -311,10 +312,10 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
       health[0] = NaN, health[1] = 0, health[2] = NaN;
       continue;
     }
-    // X = L⁻¹ [Q | Rᵀ | K], of the rows only those closed and the contacts' normal ones, of K
-    // only the sliding contacts' columns
+    // X = L⁻¹ [Q | Rᵀ | K], of the rows only those closed (and, for the contacts' scales, the
+    // normal ones), of K only the sliding contacts' columns
     int cols = 1;
-    for (int j = 0; j < P; ++j) column[j] = closing[j] != 0 || (j >= p && j < p + k) ? cols++ : -1;
+    for (int j = 0; j < P; ++j) column[j] = closing[j] != 0 || (scales && j >= p && j < p + k) ? cols++ : -1;
     for (int j = 0; j < k; ++j) friction[j] = slide[j] != 0 ? cols++ : -1;
     X.resize(size_t(n) * cols);
     for (int i = 0; i < n; ++i) {
@@ -458,6 +459,10 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
     double scale = std::sqrt(target_norm) + std::sqrt(frobenius) * std::sqrt(z_norm);
     // each contact's inverse effective mass and its rate under the applied forces alone
     for (int i = 0; i < k; ++i) {
+      if (!scales) {
+        mobility[i] = free_rate[i] = NaN;
+        continue;
+      }
       double t = 0, u = 0;
       for (int c = 0; c < n; ++c) {
         t += E(c, p + i) * E(c, p + i);
@@ -484,6 +489,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UkContactSolve, UkContactSolveImpl,
                                   .Arg<ffi::Buffer<ffi::F64>>()
                                   .Arg<ffi::Buffer<ffi::F64>>()
                                   .Attr<int64_t>("p")
+                                  .Attr<int64_t>("scales")
                                   .Attr<double>("floor")
                                   .Attr<double>("cut")
                                   .Attr<double>("well")

@@ -75,7 +75,9 @@ def solve_contacts(M, Q, level: ConstraintLevel, modes: Modes | None = None, dif
         return select_modes(
             M, Q, level.rows, contacts, candidates(contacts), contacts.tangent.phid.reshape(-1, 2), differentiable
         )
-    sol = solve_modes(M, Q, level.rows, contacts, modes)
+    # at given modes nothing asks for the contacts' scales (the events' values are relative to
+    # the scales at the stretch's start)
+    sol = solve_modes(M, Q, level.rows, contacts, modes, scales=False)
     return modes, sol, sol.solvable
 
 

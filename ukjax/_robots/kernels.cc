@@ -795,16 +795,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeCuda, UkTreeCudaImpl,
 template <class Each>
 static ffi::Error members(const Args& a, int64_t B, int64_t space, Each each) {
   if (B % C) return ffi::Error::InvalidArgument("the batch must be a multiple of the lanes per chunk");
+  // kept by each thread from one call to the next: a simulation calls for one state at a time
+  static thread_local std::vector<double> memory;
   if (C > 1) {
     Carver sizing{nullptr, 1, 0};
     Work<L>(sizing, a);
-    std::vector<L> memory(sizing.used / sizeof(L) + 1);
+    memory.resize(sizing.used / sizeof(double) + sizeof(L) / sizeof(double));
     Carver carver{reinterpret_cast<char*>(memory.data()), 1, 0};
     Work<L> work(carver, a);
     for (int64_t b0 = 0; b0 < B; b0 += C) each(work, b0);
   } else {
     const Slices plan = slices(a, B, space);
-    std::vector<double> memory(plan.bytes / sizeof(double));
+    memory.resize(plan.bytes / sizeof(double) + 1);
     for (int64_t m = 0; m < B; ++m) {
       Carver carver{reinterpret_cast<char*>(memory.data()), plan.slice, m % plan.slice};
       each(Work<double>(carver, a), m);
