@@ -560,3 +560,18 @@ def test_event_root_finder_against_closed_forms():
     assert triple.result == optx.RESULTS.successful and abs(float(triple.value) - 0.5) < 1e-12
     jump = find(lambda s: jnp.where(s < 0.3, 1e-6, -1e-6), 1e-6)
     assert jump.result != optx.RESULTS.successful and abs(float(jump.value) - 0.3) < 1e-13
+
+
+def test_saved_normal_force_inside_a_circle_against_its_closed_form():
+    """A particle sliding inside a circle of radius R (frictionless, gravity down) from its
+    bottom at speed v₀: the wall pushes it with N = m v²/R − m g y/R, v² = v₀² − 2g(y + R),
+    a force that varies along the run. Every save's force is the exact one at its state, not
+    an interpolation between the integrator's steps."""
+    radius, mass, speed = 1.0, 2.0, 4.0
+    wall = ukjax.Unilateral(lambda t, q: jnp.atleast_1d(radius - jnp.sqrt(q @ q)))
+    particle = ukjax.ConstrainedSystem(PointMass(jnp.asarray(mass), jnp.asarray(DOWN), jnp.zeros(2)), wall)
+    sol = ukjax.simulate(particle, [0.0, -radius], [speed, 0.0], 0.0, 0.5, ts=np.linspace(0, 0.5, 201), rtol=1e-10, atol=1e-10)
+    y = np.asarray(sol.q[:, 1])
+    exact = mass * (speed**2 - 2 * G * (y + radius)) / radius - mass * G * y / radius
+    assert int(sol.contacts.events) == 0 and np.all(exact > 4.0)  # it stays on the wall
+    np.testing.assert_allclose(np.asarray(sol.contacts.normal[:, 0]), exact, rtol=1e-8)
