@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from ._events import warn_if_started_inside
-from ._jit import jit
+from ._jit import COMPILER_OPTIONS, _supported, jit
 from . import _native
 from ._simulate import warn_if_started_off
 
@@ -52,7 +52,9 @@ def _kept(cache: Path | None, name: str, key: tuple, fun, *args):
     else:
         exported = jax.export.export(jax.jit(fun), disabled_checks=checks)(*args)
         _write(path, exported.serialize())
-    return jax.jit(exported.call).lower(*args).compile()
+    # compiled as ukjax's own programs are (`_jit.COMPILER_OPTIONS`: about two thirds of the time)
+    options = COMPILER_OPTIONS if _supported() else None
+    return jax.jit(exported.call).lower(*args).compile(compiler_options=options)
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -285,7 +287,6 @@ def run_scara(args: argparse.Namespace) -> None:
 
 def run_coordinated(args: argparse.Namespace) -> None:
     import equinox as eqx
-    import jax.numpy as jnp
     import matplotlib
 
     matplotlib.use("Agg")
@@ -296,7 +297,7 @@ def run_coordinated(args: argparse.Namespace) -> None:
 
     model = coordinated_robots()
     passive = ukjax.ConstrainedSystem(model.system, model.constraints)
-    ts = jnp.linspace(0.0, args.t1, args.saves)
+    ts = np.linspace(0.0, args.t1, args.saves)
     a = args.seed_gain
     controllers = {
         "exact (constrained input map)": ukjax.ServoControl(passive, model.servo, model.actuation),
@@ -312,26 +313,25 @@ def run_coordinated(args: argparse.Namespace) -> None:
     fig, axes = plt.subplots(2, 1, figsize=(10, 8), constrained_layout=True)
     runs = {}
     for (name, ctrl), style in zip(controllers.items(), ("-", "--")):
-        print(f"[{name}] compiling and simulating ...", flush=True)
+        print(f"[{name}] compiling and simulating, or reading it back (kept) ...", flush=True)
+
+        def run(q0, qd0, ctrl=ctrl):
+            sol = ukjax.simulate(ctrl.closed_loop(), q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False)
+            u = eqx.filter_vmap(ctrl)(sol.ts, sol.q, sol.qd)
+            closure = eqx.filter_vmap(passive.violation)(sol.ts, sol.q, sol.qd)[0]
+            return _fields(sol) | {"u": u, "closure": closure}
+
         start = time.perf_counter()
-        sol = jax.block_until_ready(
-            ukjax.simulate(
-                ctrl.closed_loop(),
-                model.q0,
-                model.qd0,
-                0.0,
-                args.t1,
-                ts=ts,
-                rtol=args.tol,
-                atol=args.tol,
-            )
-        )
+        key = ("coordinated", _structure(ctrl), args.t1, args.saves, args.tol)
+        program = _kept(args.cache, "coordinated", key, run, model.q0, model.qd0)
+        # as NumPy: the summary and the plot would compile operation by operation
+        fields = jax.tree.map(np.asarray, program(model.q0, model.qd0))
         elapsed = time.perf_counter() - start
-        runs[name] = sol
-        u = jit(eqx.filter_vmap(ctrl))(sol.ts, sol.q, sol.qd)
-        closure = jit(eqx.filter_vmap(passive.violation))(sol.ts, sol.q, sol.qd)[0]
+        u, closure = fields.pop("u"), fields.pop("closure")
+        sol = runs[name] = ukjax.Solution(**fields)
+        _check_success(sol, f"the coordinated robots under {name}")
         print(
-            f"  object tracking error {jnp.max(jnp.abs(sol.phi)):.2e}, loop closure {jnp.max(jnp.abs(closure)):.2e}, {elapsed:.1f} s"
+            f"  object tracking error {np.max(np.abs(sol.phi)):.2e}, loop closure {np.max(np.abs(closure)):.2e}, {elapsed:.1f} s"
         )
         print(
             "  "
@@ -339,7 +339,7 @@ def run_coordinated(args: argparse.Namespace) -> None:
         )
         for j in range(6):
             axes[0].plot(sol.ts, u[:, j], style, color=f"C{j}", label=f"u{j + 1} ({name.split(' ')[0]})")
-        axes[1].semilogy(sol.ts, jnp.max(jnp.abs(sol.phi), axis=1) + 1e-16, style, label=name)
+        axes[1].semilogy(sol.ts, np.max(np.abs(sol.phi), axis=1) + 1e-16, style, label=name)
     axes[0].set(title="actuator inputs", xlabel="t [s]", ylabel="torque [N·m]")
     axes[1].set(
         title="object tracking error max(|Δx₃| [m], |Δy₃| [m], |Δθ₃| [rad])", xlabel="t [s]", ylabel="|error| [m or rad]"
