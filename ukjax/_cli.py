@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
         "--no-cache",
         action="store_true",
         help="do not keep programs between runs (JAX's persistent compilation cache, and the models read and "
-        "programs traced by `simulate`, by default in $UKJAX_CACHE_DIR or ~/.cache/ukjax/jax)",
+        "programs traced by `simulate` and `coordinated`, by default in $UKJAX_CACHE_DIR or ~/.cache/ukjax/jax)",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
