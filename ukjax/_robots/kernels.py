@@ -277,17 +277,18 @@ def _xla(system, t, q, qd):
     )
 
 
-def _mapped(static):
-    """The solve as a function of the system's arrays and one state, by the kernel for one
-    state, with a batching rule that runs the kernel once over the batch as `vmap` holds it
-    (the batch first: the kernel reads and writes its members in that layout); members with
-    parameters of their own take the XLA route."""
+def _mapped(static, prepare, run, xla):
+    """A kernel as a function of a system's arrays and one state `(t, q, q̇)`, with a batching
+    rule that runs it once over the batch as `vmap` holds it (the batch first: the kernels read
+    and write their members in that layout); members with parameters of their own take the
+    XLA route. `prepare(system, t, q, qd)` is what XLA evaluates for one state and hands to
+    `run(system, q, qd, prepared)`, the kernel on a batch (B, n) of states; `xla(system, t, q,
+    qd)` the same results for one state by XLA."""
 
     def kernel(arrays, t, q, qd):
-        parts = covered(eqx.combine(arrays, static))  # read from the arrays this call traces
-        outside = _outside(parts, t, q, qd)
-        single = _call(parts, q[None], qd[None], tuple(x[None] for x in outside))
-        return tuple(x[0] for x in single)
+        system = eqx.combine(arrays, static)  # read from the arrays this call traces
+        prepared = jax.tree.map(lambda x: x[None], prepare(system, t, q, qd))
+        return jax.tree.map(lambda x: x[0], run(system, q[None], qd[None], prepared))
 
     one = jax.custom_batching.custom_vmap(kernel)
 
@@ -295,14 +296,14 @@ def _mapped(static):
     def _(size, batched, arrays, t, q, qd):
         if any(jax.tree.leaves(batched[0])):
             axes = jax.tree.map(lambda b: 0 if b else None, batched)
-            return jax.vmap(lambda a, *state: _xla(eqx.combine(a, static), *state), in_axes=axes)(
-                arrays, t, q, qd
-            ), (True, True, True)
-        parts = covered(eqx.combine(arrays, static))
-        axes = (0 if batched[1] else None, *(0 if b else None for b in batched[2:]))
-        outside = jax.vmap(lambda t, q, qd: _outside(parts, t, q, qd), axes, axis_size=size)(t, q, qd)
-        q, qd = (x if b else jnp.broadcast_to(x, (size, *x.shape)) for x, b in zip((q, qd), batched[2:]))
-        return _call(parts, q, qd, outside), (True, True, True)
+            results = jax.vmap(lambda a, *state: xla(eqx.combine(a, static), *state), in_axes=axes)(arrays, t, q, qd)
+        else:
+            system = eqx.combine(arrays, static)
+            axes = tuple(0 if b else None for b in batched[1:])
+            prepared = jax.vmap(lambda t, q, qd: prepare(system, t, q, qd), axes, axis_size=size)(t, q, qd)
+            q, qd = (x if b else jnp.broadcast_to(x, (size, *x.shape)) for x, b in zip((q, qd), batched[2:]))
+            results = run(system, q, qd, prepared)
+        return results, jax.tree.map(lambda _: True, results)
 
     return one
 
@@ -310,7 +311,9 @@ def _mapped(static):
 @eqx.filter_custom_jvp
 def _solve(system, t, q, qd):
     arrays, static = eqx.partition(system, eqx.is_array)
-    return _mapped(static)(arrays, t, q, qd)
+    prepare = lambda system, t, q, qd: _outside(covered(system), t, q, qd)  # noqa: E731
+    run = lambda system, q, qd, outside: _call(covered(system), q, qd, outside)  # noqa: E731
+    return _mapped(static, prepare, run, _xla)(arrays, t, q, qd)
 
 
 @_solve.def_jvp
@@ -331,40 +334,15 @@ def solve(system, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> UKSolutio
     return UKSolution(acceleration, force, inconsistency, fault == 0, jnp.array(True))
 
 
-def _xla_dynamics(tree, q, qd):
+def _xla_dynamics(tree, t, q, qd):
     return tree._mass_and_forces(q, qd)
 
 
-def _mapped_dynamics(static):
-    """`M`, `Q` as a function of the tree's arrays and one state, by the kernel for one state,
-    with a batching rule that runs it once over the batch (members with parameters of their
-    own take the XLA route), as `_mapped` does for the solve."""
-
-    def kernel(arrays, q, qd):
-        tree = eqx.combine(arrays, static)
-        M, Q = _dynamics_call(tree, q[None], qd[None], tree._tendon_forces(q, qd)[None])
-        return M[0], Q[0]
-
-    one = jax.custom_batching.custom_vmap(kernel)
-
-    @one.def_vmap
-    def _(size, batched, arrays, q, qd):
-        if any(jax.tree.leaves(batched[0])):
-            axes = jax.tree.map(lambda b: 0 if b else None, batched)
-            return jax.vmap(lambda a, q, qd: _xla_dynamics(eqx.combine(a, static), q, qd), in_axes=axes)(
-                arrays, q, qd
-            ), (True, True)
-        tree = eqx.combine(arrays, static)
-        q, qd = (x if b else jnp.broadcast_to(x, (size, *x.shape)) for x, b in zip((q, qd), batched[1:]))
-        return _dynamics_call(tree, q, qd, jax.vmap(tree._tendon_forces)(q, qd)), (True, True)
-
-    return one
-
-
 @eqx.filter_custom_jvp
-def _dynamics(tree, q, qd):
+def _dynamics(tree, t, q, qd):
     arrays, static = eqx.partition(tree, eqx.is_array)
-    return _mapped_dynamics(static)(arrays, q, qd)
+    prepare = lambda tree, t, q, qd: tree._tendon_forces(q, qd)  # noqa: E731
+    return _mapped(static, prepare, _dynamics_call, _xla_dynamics)(arrays, t, q, qd)
 
 
 @_dynamics.def_jvp
@@ -374,12 +352,13 @@ def _dynamics_jvp(primals, tangents):
     return _dynamics(*primals), tangent
 
 
-def mass_and_forces(tree: RigidBodyTree, q: Float[Array, " n"], qd: Float[Array, " n"]):
+def mass_and_forces(tree: RigidBodyTree, t, q: Float[Array, " n"], qd: Float[Array, " n"]):
     """`RigidBodyTree.dynamics`' `M` and `Q` (its quaternions' norm rows folded in), by the
     compiled kernel where it runs for the tree on a CPU (`runs`): for one state, and under
     `jax.vmap` once for the whole batch. Derivatives come from the XLA route
-    (`RigidBodyTree._mass_and_forces`). A system with contacts solves its own rows, so only its
-    dynamics come from here."""
+    (`RigidBodyTree._mass_and_forces`). A system without contacts takes its whole solve from
+    the kernel (`solve`); one with contacts or limits, whose rows the contact solve takes, its
+    `M` and `Q` from here."""
     if qd.dtype != q.dtype or jax.default_backend() != "cpu" or runs(tree, q.dtype) is None:
         return tree._mass_and_forces(q, qd)
-    return _dynamics(tree, q, qd)
+    return _dynamics(tree, t, q, qd)

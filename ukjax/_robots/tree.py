@@ -400,7 +400,7 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
     def dynamics(self, t, q, qd):
         from . import kernels  # which imports this module
 
-        M, Q = kernels.mass_and_forces(self, q, qd)
+        M, Q = kernels.mass_and_forces(self, t, q, qd)
         if not self._quaternions():
             return Dynamics(M, Q, ())
         return Dynamics(M, Q, (ConstraintLevel(self.norm_rows(q, qd), None, "svd"),))
