@@ -175,7 +175,9 @@ def targets() -> list[str]:
     exported with calls to them (`jax.export`) runs in a process where they are registered."""
     if not enabled():
         return []
-    names = [tree_target(LANES), tree_target(1), dynamics_target(LANES), dynamics_target(1), CONTACT_SOLVE] if built() else []
+    names = []
+    if built():
+        names = [tree_target(LANES), tree_target(1), dynamics_target(LANES), dynamics_target(1), CONTACT_SOLVE]
     if jax.default_backend() == "gpu" and built_cuda() and tree_target(1) not in names:
         names.append(tree_target(1))
     return names

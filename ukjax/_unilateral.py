@@ -262,8 +262,8 @@ def solve_modes(
     - `contacts`: the contacts' rows (`normal.b`, `tangent.b` the right-hand sides).
     - `modes`: the contacts' [`Modes`][].
     - `scales`: whether to evaluate `scale` (the modes' search needs it; NaN without). The
-      open contacts' rows enter the solve only for it: on Cassie's 32 open limits, a third of
-      the work at fixed modes.
+      open contacts' rows enter the solve only for it: on Cassie standing, its 32 open limits
+      are 32 of the 60 columns of the kernel's substitutions.
 
     **Returns:**
 
