@@ -39,9 +39,10 @@ def _kept(cache: Path | None, name: str, key: tuple, fun, *args):
     with `args`' shapes make its program): the traced program is kept in `cache` (beside JAX's
     compiled ones) with `jax.export`, and a later run with the same key reads it back instead
     of tracing, then its compiled program from JAX's cache. `fun` returns a dict of arrays;
-    without a cache it is returned as it is."""
+    without a cache it is compiled as one program each time (run as it is, its operations
+    outside `simulate` compiled one by one)."""
     if cache is None:
-        return fun
+        return jit(fun)
     versions = [f"{m.__name__} {m.__version__}" for m in (jax, diffrax, eqx)]
     digest = hashlib.sha256(repr((key, versions, _source(), [(x.shape, x.dtype) for x in args])).encode())
     path = cache / "ukjax-programs" / f"{name}-{digest.hexdigest()[:32]}.jaxexport"
