@@ -14,16 +14,18 @@ from .spatial import add, apply_inertia, force_cross, mm, motion_cross, mv
 
 
 class BodyMotion(NamedTuple):
-    """A body-fixed point's motion and its body's rotation, or those of `k` points stacked
+    """A body-fixed point's motion and its body's, or those of `k` points stacked
     (`points_motion`)."""
 
     x: Float[Array, "*k 3"]
-    J: Float[Array, "*k 3 n"]
+    velocity: Float[Array, "*k 3"]
     bias: Float[Array, "*k 3"]
     rotation: Float[Array, "*k 3 3"]
     omega: Float[Array, "*k 3"]
-    J_omega: Float[Array, "*k 3 n"]
     alpha: Float[Array, "*k 3"]
+    # which coordinates move the body (1) and which do not (0): with the joints' twists the
+    # rows at any point and along any direction (`directional_rows`)
+    moves: Float[np.ndarray, "*k n"]
 
 
 def spatial_inertias(tree, kin: Kinematics):
@@ -94,12 +96,24 @@ def points_motion(
     rotations = jnp.concatenate([kin.rotations, jnp.eye(3, dtype=dtype)[None]])[index]
     positions = jnp.concatenate([kin.positions, jnp.zeros((1, 3), dtype)])[index]
     V, A = (jnp.concatenate([x, jnp.zeros((1, 6), dtype)])[index] for x in motion)
-    moves = np.concatenate([topology(tree).moves, np.zeros((1, n))])[index][:, None, :]
+    moves = np.concatenate([topology(tree).moves, np.zeros((1, n))])[index]
     x = positions + mv(rotations, points)
-    # every column at once: the velocity of each point per unit rate of each coordinate
-    # that moves its body
-    J = (kin.twists[None, :, 3:] + jnp.cross(kin.twists[None, :, :3], x[:, None, :])).swapaxes(1, 2) * moves
     velocity = V[:, 3:] + jnp.cross(V[:, :3], x)
     # a body-fixed point: ẍ = a_O + α × x + ω × ẋ (spatial acceleration (α, a_O))
     bias = A[:, 3:] + jnp.cross(A[:, :3], x) + jnp.cross(V[:, :3], velocity)
-    return BodyMotion(x, J, bias, rotations, V[:, :3], kin.twists[:, :3].T * moves, A[:, :3])
+    return BodyMotion(x, velocity, bias, rotations, V[:, :3], A[:, :3], moves)
+
+
+def directional_rows(
+    twists: Float[Array, "n 6"],
+    moves: Float[np.ndarray, "k n"],
+    points: Float[Array, "k 3"],
+    directions: Float[Array, "k r 3"],
+) -> Float[Array, "k r n"]:
+    """The rows `d · v(x)`: along each of `r` directions `d`, the velocity at each point `x`
+    of a body's material point per unit rate of each coordinate (`moves` the `BodyMotion`'s;
+    the difference of two bodies' for the velocity of one relative to the other). With
+    `v(x) = v₀ + ω × x`, `d · v(x) = (x × d, d) · (ω, v₀)`: one product with the joints'
+    twists (world-frame, `Kinematics.twists`) for every row."""
+    wrench = jnp.concatenate([jnp.cross(points[:, None, :], directions), directions], axis=-1)
+    return jnp.einsum("krj,nj->krn", wrench, twists) * moves[:, None, :]

@@ -140,14 +140,13 @@ class PlaneContacts(AbstractUnilateral):
         kin = tree.kinematics(q)
         m = algorithms.points_motion(tree, kin, algorithms.motion(tree, kin, qd), self.bodies, self.centres)
         n, r = self.normals.astype(q.dtype), self.radii.astype(q.dtype)
-        A = jnp.einsum("kj,kjn->kn", n, m.J)
+        A = algorithms.directional_rows(kin.twists, m.moves, m.x, n[:, None])[:, 0]
         normal = ConstraintRows(
             A, -jnp.sum(n * m.bias, axis=-1), jnp.sum(n * m.x, axis=-1) - r - self.offsets, A @ qd
         )
-        # the touching point c − r n moves with the body: v = ċ + ω × (−r n) = ċ + r n × ω
+        # the slip of the body's material point at the touching point x − r n (it rolls)
         T = tangent_basis(n)
-        rolling = r[:, None, None] * jnp.cross(n[:, :, None], m.J_omega, axisa=1, axisb=1, axisc=1)
-        At = jnp.einsum("kdj,kjn->kdn", T, m.J + rolling).reshape(-1, q.shape[0])
+        At = algorithms.directional_rows(kin.twists, m.moves, m.x - r[:, None] * n, T).reshape(-1, q.shape[0])
         bt = -jnp.einsum("kdj,kj->kd", T, m.bias + r[:, None] * jnp.cross(n, m.alpha)).reshape(-1)
         zeros = jnp.zeros_like(bt)
         k = len(self.bodies)
@@ -176,21 +175,22 @@ class PlaneContacts(AbstractUnilateral):
         return Sketch(links, lowest)
 
 
-def _between_bodies(contacts, normal: ConstraintRows, n, n_rate, J, w_rate, qd, reach, speed) -> ContactRows:
-    """The rows of `contacts` between two moving bodies, given their normal rows: the slip
-    `w = J q̇` at each touching point (`J`, shape (k, 3, n)) along a tangent basis that turns
-    with the unit normal `n` (at `ṅ`), its rate without the q̈ term (`w_rate` the slip's own),
-    and the least time in which each contact could be crossed, `reach / speed` (None for a
-    `reach` of None: contacts that cannot be)."""
+def _between_bodies(contacts, normal: ConstraintRows, n, n_rate, twists, moves, c, w, w_rate, qd, reach, speed):
+    """The `ContactRows` of `contacts` between two moving bodies, given their normal rows:
+    the slip `w` at each touching point `c` (the first body's material point against the
+    second's; `moves` the difference of their `BodyMotion.moves`) along a tangent basis that
+    turns with the unit normal `n` (at `ṅ`), its rate without the q̈ term (`w_rate` the
+    slip's own), and the least time in which each contact could be crossed, `reach / speed`
+    (None for a `reach` of None: contacts that cannot be)."""
     k = n.shape[0]
     T, T_rate = jax.jvp(tangent_basis, (n,), (n_rate,))
-    At = jnp.einsum("kdj,kjn->kdn", T, J).reshape(-1, qd.shape[0])
-    rate = jnp.einsum("kdj,kj->kd", T, w_rate) + jnp.einsum("kdj,kj->kd", T_rate, jnp.sum(J * qd, axis=-1))
+    At = algorithms.directional_rows(twists, moves, c, T).reshape(-1, qd.shape[0])
+    rate = jnp.einsum("kdj,kj->kd", T, w_rate) + jnp.einsum("kdj,kj->kd", T_rate, w)
     name = type(contacts).__name__
     crossing = None if reach is None else jnp.where(speed > 0, reach / jnp.where(speed > 0, speed, 1), jnp.inf)
     return ContactRows(
         normal,
-        ConstraintRows(At, -rate.reshape(-1), jnp.zeros(2 * k, qd.dtype), At @ qd),
+        ConstraintRows(At, -rate.reshape(-1), jnp.zeros(2 * k, qd.dtype), jnp.einsum("kdj,kj->kd", T, w).reshape(-1)),
         _per_contact(contacts.friction, k, f"{name} friction"),
         _per_contact(contacts.restitution, k, f"{name} restitution"),
         crossing,
@@ -327,25 +327,28 @@ class ShapeContacts(AbstractUnilateral):
         shape = algorithms.points_motion(tree, kin, motion, self.shape_bodies, self.positions)
         # the centre in the shape's frame, y = R_sᵀ s with s = R_Bᵀ (x − o) (B the shape's
         # body, o the shape's origin): minus the rows of a loop joining o to x
-        s = Connect._rows(shape, sphere, qd)
+        s = Connect._rows(kin.twists, shape, sphere)
         R_s, r = self.rotations.astype(q.dtype), self.radii.astype(q.dtype)
         R_st = jnp.swapaxes(R_s, 1, 2)
         y, yd = -mv(R_st, s.phi), -mv(R_st, s.phid)
         distance, n_local, n_local_rate, thickness = self._distances(y, yd)
-        # ġ = ∇d · ẏ, g̈ = ∇d · ÿ + ẏᵀ H ẏ, with ÿ = −R_sᵀ (A_s q̈ − b_s)
+        # ġ = ∇d · ẏ = n · (v_A(x) − v_B(x)) (n = R_B R_s ∇d in the world, v_B(x) the velocity of
+        # the shape body's material point at the centre x), g̈ = ∇d · ÿ + ẏᵀ H ẏ, with
+        # ÿ = −R_sᵀ (A_s q̈ − b_s)
         n_body = mv(R_s, n_local)
-        A = -jnp.einsum("kj,kjn->kn", n_body, s.A)
+        n = mv(shape.rotation, n_body)
+        relative = sphere.moves - shape.moves
+        A = algorithms.directional_rows(kin.twists, relative, sphere.x, n[:, None])[:, 0]
         b = -jnp.sum(n_body * s.b, axis=-1) - jnp.sum(n_local_rate * yd, axis=-1)
         normal = ConstraintRows(A, b, distance - r, jnp.sum(n_local * yd, axis=-1))
         # the slip: the relative velocity of the two bodies' material points at the touching
         # point c = x − r n, w = v_A(c) − v_B(c); its rate, exact also while the touching point
         # moves over both surfaces (rolling), from ṅ = ω_B × n + R_B R_s H ẏ
-        n = mv(shape.rotation, n_body)
         n_rate = jnp.cross(shape.omega, n) + mv(shape.rotation, mv(R_s, n_local_rate))
-        arm = sphere.x - r[:, None] * n - shape.x  # c − o
-        cross = lambda u, J: jnp.cross(u[:, :, None], J, axisa=1, axisb=1, axisc=1)  # noqa: E731
-        J = sphere.J + r[:, None, None] * cross(n, sphere.J_omega) - shape.J + cross(arm, shape.J_omega)
-        x_rate, o_rate = jnp.sum(sphere.J * qd, axis=-1), jnp.sum(shape.J * qd, axis=-1)
+        c = sphere.x - r[:, None] * n
+        arm = c - shape.x  # c − o
+        x_rate, o_rate = sphere.velocity, shape.velocity
+        w = x_rate - r[:, None] * jnp.cross(sphere.omega, n) - o_rate - jnp.cross(shape.omega, arm)
         c_rate = x_rate - r[:, None] * n_rate
         w_rate = (
             sphere.bias
@@ -359,7 +362,7 @@ class ShapeContacts(AbstractUnilateral):
         # least the gap and the widths of both (a gap along a curved path, or through a
         # shape thinner than a step, changes sign twice within one step)
         reach = None if set(self.kinds) == {"plane"} else jnp.maximum(distance - r, 0) + 2 * r + thickness
-        return _between_bodies(self, normal, n, n_rate, J, w_rate, qd, reach, norm(yd))
+        return _between_bodies(self, normal, n, n_rate, kin.twists, relative, c, w, w_rate, qd, reach, norm(yd))
 
     def _touching(self, tree, q):
         """Each touching point `x − r n` and each shape's origin, in the world."""
@@ -458,7 +461,7 @@ class SegmentContacts(AbstractUnilateral):
         kin = tree.kinematics(q)
         a0, a1, b0, b1 = self._ends(tree, kin, algorithms.motion(tree, kin, qd))
         ends = tuple(m.x for m in (a0, a1, b0, b1))
-        ends_rate = tuple(jnp.sum(m.J * qd, axis=-1) for m in (a0, a1, b0, b1))
+        ends_rate = tuple(m.velocity for m in (a0, a1, b0, b1))
         # the closest points' parameters on the two segments, and their rates
         (s, u), (s_rate, u_rate) = jax.jvp(_closest, ends, ends_rate)
 
@@ -468,13 +471,15 @@ class SegmentContacts(AbstractUnilateral):
 
         # the two bodies' material points at the closest points; these points slide along the
         # segments at (ṡ, u̇), which moves the normal but not the gap to first order
-        d = between(a0.x, a1.x, s) - between(b0.x, b1.x, u)
+        p_a, p_b = between(a0.x, a1.x, s), between(b0.x, b1.x, u)
+        d = p_a - p_b
         d_material = between(ends_rate[0], ends_rate[1], s) - between(ends_rate[2], ends_rate[3], u)
         d_rate = d_material + s_rate[:, None] * (a1.x - a0.x) - u_rate[:, None] * (b1.x - b0.x)
         n, n_rate = jax.jvp(unit, (d,), (d_rate,))
         r, r_other = self.radii.astype(q.dtype), self.other_radii.astype(q.dtype)
-        J = between(a0.J, a1.J, s) - between(b0.J, b1.J, u)
-        A = jnp.einsum("kj,kjn->kn", n, J)
+        # n · (v_a(p_a) − v_b(p_b)), the bodies' material points at the closest points
+        rows = [algorithms.directional_rows(kin.twists, m.moves, p, n[:, None])[:, 0] for m, p in ((a0, p_a), (b0, p_b))]
+        A = rows[0] - rows[1]
         # g̈ = n · d̈_material + ṅ · ḋ_material + ṡ n · (ȧ1 − ȧ0) − u̇ n · (ḃ1 − ḃ0)
         b = -(
             _dot(n, between(a0.bias, a1.bias, s) - between(b0.bias, b1.bias, u))
@@ -486,11 +491,10 @@ class SegmentContacts(AbstractUnilateral):
         normal = ConstraintRows(A, b, distance - r - r_other, _dot(n, d_material))
         # the slip at the touching point c on the first segment's surface, each body's velocity
         # there from its first end: v(c) = v(a0) + ω × (c − a0)
-        c = between(a0.x, a1.x, s) - r[:, None] * n
+        c = p_a - r[:, None] * n
         c_rate = between(ends_rate[0], ends_rate[1], s) + s_rate[:, None] * (a1.x - a0.x) - r[:, None] * n_rate
-        cross = lambda u, J: jnp.cross(u[:, :, None], J, axisa=1, axisb=1, axisc=1)  # noqa: E731
         arm_a, arm_b = c - a0.x, c - b0.x
-        Jw = a0.J - cross(arm_a, a0.J_omega) - b0.J + cross(arm_b, b0.J_omega)
+        w = ends_rate[0] + jnp.cross(a0.omega, arm_a) - ends_rate[2] - jnp.cross(b0.omega, arm_b)
         w_rate = (
             a0.bias
             + jnp.cross(a0.alpha, arm_a)
@@ -502,7 +506,9 @@ class SegmentContacts(AbstractUnilateral):
         # the gap is below zero only while the segments are within both radii of each other:
         # a relative motion of twice that passes through unseen
         reach = jnp.maximum(distance - r - r_other, 0) + 2 * (r + r_other)
-        return _between_bodies(self, normal, n, n_rate, Jw, w_rate, qd, reach, norm(d_rate))
+        return _between_bodies(
+            self, normal, n, n_rate, kin.twists, a0.moves - b0.moves, c, w, w_rate, qd, reach, norm(d_rate)
+        )
 
     def _ends(self, tree, kin, motion) -> list[algorithms.BodyMotion]:
         """The motion of the segments' ends: the first ends, the second ends, the other

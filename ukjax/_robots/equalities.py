@@ -17,7 +17,7 @@ from .._arrays import as_inexact
 from .._constraints import AbstractSystemConstraint, ConstraintRows, holonomic_rows
 from . import algorithms
 from .algorithms import BodyMotion
-from .spatial import mm, mv
+from .spatial import mv
 from .tree import RigidBodyTree
 
 
@@ -86,20 +86,20 @@ class Connect(AbstractSystemConstraint):
                 (tuple(c.body2 for c in constraints), [c.anchor2 for c in constraints]),
             )
         ]
-        rows = cls._rows(*ends, qd)
+        rows = cls._rows(kin.twists, *ends)
         return [jax.tree.map(lambda x: x[k], rows) for k in range(len(constraints))]
 
     @staticmethod
-    def _rows(one: BodyMotion, two: BodyMotion, qd) -> ConstraintRows:
-        """The rows of `k` loops at once (leading axis `k`)."""
+    def _rows(twists, one: BodyMotion, two: BodyMotion) -> ConstraintRows:
+        """The rows of `k` loops at once (leading axis `k`; `twists` the joints', `Kinematics.twists`)."""
         # s = R₁ᵀ r with r = x₁ − x₂ and Ṙ₁ = [ω]× R₁:
         # s̈ = R₁ᵀ (r̈ − ω̇ × r − 2 ω × ṙ + ω × (ω × r))
-        r, Jr = one.x - two.x, one.J - two.J
-        rd, w = jnp.sum(Jr * qd, axis=-1), one.omega
+        r, rd, w = one.x - two.x, one.velocity - two.velocity, one.omega
         Rt = one.rotation.swapaxes(1, 2)
-        A = mm(Rt, Jr + jnp.cross(r[:, None, :], one.J_omega.swapaxes(1, 2)).swapaxes(1, 2))
+        # ṡ = R₁ᵀ (v₁(x₂) − v₂(x₂)): body one's material point at x₂ against body two's
+        A = algorithms.directional_rows(twists, one.moves - two.moves, two.x, Rt)
         bias = one.bias - two.bias + jnp.cross(r, one.alpha) - 2 * jnp.cross(w, rd) + jnp.cross(w, jnp.cross(w, r))
-        return ConstraintRows(A, -mv(Rt, bias), mv(Rt, r), jnp.sum(A * qd, axis=-1))
+        return ConstraintRows(A, -mv(Rt, bias), mv(Rt, r), mv(Rt, rd - jnp.cross(w, r)))
 
     def sketch(self, system, t, q):
         """Each body's origin joined to its anchor, and the gap between the anchors."""

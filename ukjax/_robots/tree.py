@@ -24,7 +24,6 @@ from .._constraints import ConstraintRows
 from .._jit import jit
 from .._systems import AbstractUnconstrainedSystem, ConstraintLevel, Dynamics
 from . import algorithms, joints
-from .algorithms import BodyMotion
 from .joints import SIZES, Kinematics
 from .spatial import mv, put
 
@@ -509,11 +508,7 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
 
         `(x, J, J̇ q̇)`, shapes (3,), (3, n), (3,).
         """
-        return self._body_motion(q, qd, body, point)[:3]
-
-    def _body_motion(self, q, qd, body, point) -> BodyMotion:
-        """`point_motion` with the body's own rotation `R`, angular velocity `ω`, angular
-        Jacobian `∂ω/∂q̇` and angular acceleration at `q̈ = 0` (world frame)."""
         kin = self.kinematics(q)
         one = algorithms.points_motion(self, kin, algorithms.motion(self, kin, qd), (body,), as_inexact(point)[None])
-        return BodyMotion(*(x[0] for x in one))
+        J = algorithms.directional_rows(kin.twists, one.moves, one.x, jnp.eye(3, dtype=one.x.dtype)[None])
+        return one.x[0], J[0], one.bias[0]
