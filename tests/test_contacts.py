@@ -565,8 +565,10 @@ def test_event_root_finder_against_closed_forms():
 def test_saved_normal_force_inside_a_circle_against_its_closed_form():
     """A particle sliding inside a circle of radius R (frictionless, gravity down) from its
     bottom at speed v₀: the wall pushes it with N = m v²/R − m g y/R, v² = v₀² − 2g(y + R),
-    a force that varies along the run. Every save's force is the exact one at its state, not
-    an interpolation between the integrator's steps."""
+    a force that varies along the run. The saved force is the rate of the dense output of the
+    force's integral (fourth order in the step, as the saved state is): within 1e-7 of the
+    exact force at the saved state at rtol = atol = 1e-10 (3.4e-8 measured), where a straight
+    line between the steps' ends was 3e-3 off."""
     radius, mass, speed = 1.0, 2.0, 4.0
     wall = ukjax.Unilateral(lambda t, q: jnp.atleast_1d(radius - jnp.sqrt(q @ q)))
     particle = ukjax.ConstrainedSystem(PointMass(jnp.asarray(mass), jnp.asarray(DOWN), jnp.zeros(2)), wall)
@@ -574,4 +576,4 @@ def test_saved_normal_force_inside_a_circle_against_its_closed_form():
     y = np.asarray(sol.q[:, 1])
     exact = mass * (speed**2 - 2 * G * (y + radius)) / radius - mass * G * y / radius
     assert int(sol.contacts.events) == 0 and np.all(exact > 4.0)  # it stays on the wall
-    np.testing.assert_allclose(np.asarray(sol.contacts.normal[:, 0]), exact, rtol=1e-8)
+    np.testing.assert_allclose(np.asarray(sol.contacts.normal[:, 0]), exact, rtol=1e-7)

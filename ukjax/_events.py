@@ -15,7 +15,7 @@ import numpy as np
 from . import _linalg as la
 from ._jit import jit
 from ._solution import FATAL, Solution, Status, final_status
-from ._stepping import Bounded, StopAtFault, integrate, loop_kind
+from ._stepping import Bounded, StopAtFault, events_norm, integrate, loop_kind
 from ._systems import levels_violation, solve_levels
 from ._unilateral import (
     CONE,
@@ -122,7 +122,7 @@ def _values(contacts, sol, modes, force_scale):
 def _event_value(s, y, args):
     """`_values` at `y`, in the normalised time `s`, in the modes of `args`."""
     system, t0, span, modes, rest, force_scale = args
-    q, qd, _ = y
+    q, qd = y[:2]
     _, level, (_, sol, _) = _contact_state(system, t0 + s * span, q, qd, modes, rest)
     return _values(level.contacts, sol, modes, force_scale)
 
@@ -229,7 +229,7 @@ def simulate_events(
     The stretches are stepped by `integrate`: the program holds one copy of the event's
     value in the steps and one in the root finder, each save is interpolated once, by the
     stretch that reaches it, and no host callback enters the program."""
-    controller = diffrax.PIDController(rtol=rtol, atol=atol) if adaptive else diffrax.ConstantStepSize()
+    controller = diffrax.PIDController(rtol=rtol, atol=atol, norm=events_norm) if adaptive else diffrax.ConstantStepSize()
     span = t1 - t0
     scale = jnp.where(span == 0, 1.0, span)
     if dt0 is not None:
@@ -244,8 +244,14 @@ def simulate_events(
 
     dtype = q0.dtype
     c = eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0)[-1].contacts.size
-    # each save's state and the stretch it belongs to; the modes are kept per stretch
-    records = (jnp.full((k,) + q0.shape, jnp.inf, dtype), jnp.full((k,) + q0.shape, jnp.inf, dtype), jnp.zeros(k, jnp.int32))
+    # each save's state, the contacts' forces (λₙ, then λₜ) and the stretch it belongs to;
+    # the modes are kept per stretch
+    records = (
+        jnp.full((k,) + q0.shape, jnp.inf, dtype),
+        jnp.full((k,) + q0.shape, jnp.inf, dtype),
+        jnp.full((k, 3 * c), jnp.nan, dtype),
+        jnp.zeros(k, jnp.int32),
+    )
     no_modes = Modes(jnp.zeros(c, jnp.int32), jnp.zeros((c, 2), dtype), jnp.ones(c, dtype))
     # The start is resolved as an event is (a ball dropped resting, a start inside a limit),
     # by the loop's first pass: one copy of the transition in the program.
@@ -254,7 +260,7 @@ def simulate_events(
         q=q0,
         qd=qd0,
         modes=no_modes,
-        stretches=jax.tree.map(lambda x: jnp.broadcast_to(x, (max_events + 1,) + x.shape), no_modes),
+        stretches=jnp.full((max_events + 1, c), OPEN, jnp.int32),  # each stretch's modes
         start=jnp.array(True),
         health=jnp.zeros(4, dtype),
         records=records,
@@ -291,7 +297,7 @@ def simulate_events(
         event_times = state["event_times"].at[count].set(jnp.where(start, jnp.inf, time(s0)))
         impulses = state["impulses"].at[count].set(jnp.where(start, 0, jump))
         count = count + ~start
-        stretches = jax.tree.map(lambda all, x: all.at[count].set(x), state["stretches"], modes)
+        stretches = state["stretches"].at[count].set(modes.mode)
         # a member with invalid coefficients saves nothing: its run never started
         index = jnp.where(valid, state["index"], k)
         args = (system, t0, span, modes, _SLIDE_SPEED * atol)
@@ -299,20 +305,21 @@ def simulate_events(
             solver,
             controller,
             s0,
-            (q, qd, state["health"]),
+            # the forces integrated from zero on each stretch: only their rate is saved
+            (q, qd, state["health"], jnp.zeros(3 * c, dtype)),
             args,
             dt0,
             saves=saves,
             records=state["records"],
             index=index,
-            record=lambda y: (y[0], y[1], count),
+            record=lambda y, rate: (y[0], y[1], rate[3] / scale, count),
             max_steps=max_steps,
             adjoint=adjoint,
             progress_meter=progress_meter,
             meter=state["meter"],
             event=(lambda s, y: _event_value(s, y, args + (force_scale,)), value),
         )
-        q1, qd1, health = run.y
+        q1, qd1, health, _ = run.y
         return dict(
             s=run.s,
             q=q1,
@@ -342,13 +349,10 @@ def simulate_events(
         cond, body, init, max_steps=max_events + 1, buffers=lambda state: state["records"], kind=loop_kind(adjoint)
     )
     progress_meter.close(final["meter"])
-    q, qd, stretch = final["records"]
-    # a save never reached keeps the modes of none
-    filled = jnp.arange(k) < final["index"]
-    mode, direction, weight = (
-        jnp.where(filled.reshape((k,) + (1,) * (x.ndim - 1)), x[stretch], none)
-        for x, none in zip(final["stretches"], no_modes)
-    )
+    q, qd, forces, stretch = final["records"]
+    normal, tangent = forces[:, :c], forces[:, c:].reshape(k, c, 2)
+    # a save never reached has every contact open
+    mode = jnp.where((jnp.arange(k) < final["index"])[:, None], final["stretches"][stretch], OPEN)
     start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
     status = final_status(final["result"], start_finite, final["health"], q, qd)
     # A loop that ended before t1 with its last solve successful and no fault met stopped for
@@ -367,12 +371,11 @@ def simulate_events(
     status = jnp.where(final["unlocated"] & start_finite, Status.CONTACT_UNRESOLVED, status)
     status = jnp.where(final["valid"], status, Status.INVALID_PARAMETERS).astype(jnp.int32)
 
-    def saved(t, q, qd, mode, direction, weight):
-        d, level, (_, sol, _) = _contact_state(system, t, q, qd, Modes(mode, direction, weight), _SLIDE_SPEED * atol)
-        # `violation` from the same levels
-        return level.contacts.normal.phi, sol.normal, sol.tangent, levels_violation(d.levels)
+    def saved(t, q, qd):
+        levels = system.constraint_levels(t, q, qd)
+        return levels[-1].contacts.normal.phi, levels_violation(levels)
 
-    gap, normal, tangent, violation = jax.vmap(saved)(ts, q, qd, mode, direction, weight)
+    gap, violation = jax.vmap(saved)(ts, q, qd)
     penetration = jnp.maximum(final["penetration"], jnp.max(jnp.where(jnp.isfinite(gap), -gap, 0), initial=0))
     # exact contacts penetrate by round-off and the events' location: more is a contact passed
     status = jnp.where((status == Status.SUCCESS) & (penetration > rest_speed), Status.CONTACT_MISSED, status)

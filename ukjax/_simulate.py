@@ -254,7 +254,7 @@ def _simulate(
         saves=saves,
         records=(inf, inf),
         index=jnp.zeros((), jnp.int32),
-        record=lambda y: y[:2],
+        record=lambda y, _: y[:2],
         max_steps=max_steps,
         adjoint=adjoint,
         progress_meter=progress_meter,

@@ -17,7 +17,7 @@ from ._core import sqrt_eps
 from ._projection import drift_step
 from ._robots import kernels
 from ._solution import FATAL
-from ._systems import solve_dynamics
+from ._systems import solve_levels
 from ._unilateral import sliding_now
 
 
@@ -68,7 +68,7 @@ def _tied_jvp(primals, tangents):
 
 
 def vector_field(s, y, args):
-    q, qd, _ = y
+    q, qd = y[:2]
     # JAX settles which of a loop's carries are batched (under vmap) or perturbed (under jvp,
     # linearize and diffrax's checkpointed adjoint) by transforming the loop body until they
     # stop changing. The rates are called alike in every pass, so that their large program is
@@ -94,10 +94,10 @@ def _rates(s, q, qd, args):
     # between events the contacts keep the modes the simulation chose (`_events`); mapped over
     # states, a robot tree's solve is one call of the compiled kernel (`kernels.solve`)
     if modes is None:
-        sol = kernels.solve(system, t, q, qd)
+        sol, contacts = kernels.solve(system, t, q, qd), None
     else:
         d = system.dynamics(t, q, qd)
-        sol = solve_dynamics(d, sliding_now(modes, d.levels[-1].contacts, rest))
+        sol, (_, contacts, _) = solve_levels(d, sliding_now(modes, d.levels[-1].contacts, rest))
     # Results follow the state's dtype even where the model's parameters are wider.
     qdd = sol.acceleration.astype(qd.dtype)
     nonfinite = ~(jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)))
@@ -107,7 +107,22 @@ def _rates(s, q, qd, args):
     # instead of rejecting NaN steps until max_steps.
     qdd = jnp.where(jnp.any(faults[:FATAL]), 0, qdd)
     # the indicators' sign follows the span's; only whether they are zero is read
-    return span * qd, span * qdd, span * faults.astype(qd.dtype)
+    rates = (span * qd, span * qdd, span * faults.astype(qd.dtype))
+    if contacts is None:
+        return rates
+    # With contacts, the state also integrates the contacts' forces (λₙ, then λₜ), so that
+    # the saves read them off the derivative of the steps' dense output, at the cost of its
+    # interpolation, instead of solving the contacts again at each save. Left out of the
+    # steps' error control (`events_norm`).
+    forces = jnp.concatenate([contacts.normal, contacts.tangent.reshape(-1)]).astype(qd.dtype)
+    return rates + (span * jnp.where(jnp.any(faults[:FATAL]), 0, forces),)
+
+
+def events_norm(error) -> Array:
+    """The step controller's norm of the scaled error (`diffrax.PIDController`'s RMS) over
+    the state and the fault indicators, not the integrated contact forces (`_rates`): a force's
+    integral is read for the saves only, and its error does not decide the steps."""
+    return optx.rms_norm(error[:3])
 
 
 class StopAtFault(diffrax.AbstractStepSizeController):
@@ -163,7 +178,7 @@ class Bounded(diffrax.AbstractStepSizeController):
     @staticmethod
     def _longest(s, y, args):
         system, t0, span = args[:3]
-        q, qd, _ = y
+        q, qd = y[:2]
         crossing = system.constraint_levels(t0 + s * span, q, qd)[-1].contacts.crossing
         return 0.5 * jnp.min(crossing) / jnp.where(span == 0, 1, jnp.abs(span))
 
@@ -228,9 +243,8 @@ class Projecting(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
             terms, t0, t1, y0, args, solver_state, made_jump
         )
         system, origin, span = args[:3]
-        q, qd, health = y1
-        q, qd = drift_step(system, origin + t1 * span, q, qd)
-        return (q, qd, health), y_error, dense_info, solver_state, result
+        q, qd = drift_step(system, origin + t1 * span, *y1[:2])
+        return (q, qd, *y1[2:]), y_error, dense_info, solver_state, result
 
     def func(self, terms, t0, y0, args):
         return self._inner().func(terms, t0, y0, args)
@@ -348,8 +362,10 @@ class Integration(eqx.Module):
 
 
 # Saves interpolated at once on a step (a vectorised evaluation of its dense output): a loop
-# trip per save cost about 1 µs, more than the run, on a bouncing ball saved every 0.1 ms.
-_SAVES_AT_ONCE = 32
+# trip costs about 50 µs of XLA's per-operation overhead whatever its size. A bouncing ball
+# saved every 0.1 ms (16 members, 25 001 saves each): 0.36 s with 32 at once, 0.25 s with 128
+# or 512, 0.08 s with 2 saves.
+_SAVES_AT_ONCE = 128
 
 
 def _save(interpolation, saves, upto, record, records, index, kind):
@@ -367,7 +383,9 @@ def _save(interpolation, saves, upto, record, records, index, kind):
         # a block of the records, from the first save due or ending at the last save
         rows = jnp.minimum(i, k - size) + jnp.arange(size)
         due = (rows >= i) & (saves[rows] <= upto)
-        new = jax.vmap(record)(jax.vmap(interpolation.evaluate)(saves[rows]))
+        # each save's state and its rate (the dense output's derivative), for `record`
+        rate = lambda s: jax.jvp(interpolation.evaluate, (s,), (jnp.ones_like(s),))  # noqa: E731
+        new = jax.vmap(record)(*jax.vmap(rate)(saves[rows]))
 
         def write(x, all):
             # the rows not due keep what they hold (written out of bounds and dropped, their
@@ -412,7 +430,8 @@ def integrate(
     - `solver`, `controller`: diffrax's; `dt0` the first step (None: the controller's choice).
     - `s0`, `y0`, `args`: the start and the vector field's arguments.
     - `saves`: the save times, sorted; the saves from `index` on are due.
-    - `records`, `record`: leaves with one row per save; `record(y)` is a save's rows.
+    - `records`, `record`: leaves with one row per save; `record(y, rate)` is a save's rows
+      (from its state and the state's rate in `s`, both from the step's dense output).
     - `max_steps`: the most steps; `adjoint`: diffrax's, for the loops' kind (`loop_kind`).
     - `progress_meter`: diffrax's, with its state `meter`.
     - `event`: None, or `(function, value)`: the run stops where `function(s, y)` falls
