@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _linalg as la
 from ._jit import jit
-from ._solution import FATAL, Solution, Status, final_status
+from ._solution import FATAL, HEALTH, Solution, Status, final_status
 from ._stepping import Bounded, StopAtFault, events_norm, integrate, loop_kind
 from ._systems import levels_violation, solve_levels
 from ._unilateral import (
@@ -262,7 +262,7 @@ def simulate_events(
         modes=no_modes,
         stretches=jnp.full((max_events + 1, c), OPEN, jnp.int32),  # each stretch's modes
         start=jnp.array(True),
-        health=jnp.zeros(4, dtype),
+        health=jnp.zeros(HEALTH, dtype),
         records=records,
         index=jnp.zeros((), jnp.int32),
         count=jnp.zeros((), jnp.int32),
@@ -305,21 +305,22 @@ def simulate_events(
             solver,
             controller,
             s0,
-            # the forces integrated from zero on each stretch: only their rate is saved
-            (q, qd, state["health"], jnp.zeros(3 * c, dtype)),
+            # the forces integrated from zero on each stretch after the health record: only
+            # their rate is saved
+            (q, qd, jnp.concatenate([state["health"], jnp.zeros(3 * c, dtype)])),
             args,
             dt0,
             saves=saves,
             records=state["records"],
             index=index,
-            record=lambda y, rate: (y[0], y[1], rate[3] / scale, count),
+            record=lambda y, rate: (y[0], y[1], rate[2][HEALTH:] / scale, count),
             max_steps=max_steps,
             adjoint=adjoint,
             progress_meter=progress_meter,
             meter=state["meter"],
             event=(lambda s, y: _event_value(s, y, args + (force_scale,)), value),
         )
-        q1, qd1, health, _ = run.y
+        q1, qd1, record = run.y
         return dict(
             s=run.s,
             q=q1,
@@ -327,7 +328,7 @@ def simulate_events(
             modes=modes,
             stretches=stretches,
             start=jnp.array(False),
-            health=health,
+            health=record[:HEALTH],
             records=run.records,
             index=jnp.where(valid, run.index, state["index"]),
             count=count,

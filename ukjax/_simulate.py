@@ -13,7 +13,7 @@ from ._arrays import as_inexact
 from ._events import simulate_events, warn_if_started_inside
 from ._jit import jit
 from ._projection import drift_step
-from ._solution import MESSAGES, Solution, Status, final_status
+from ._solution import HEALTH, MESSAGES, Solution, Status, final_status
 from ._stepping import RK4, Projecting, StopAtFault, integrate, loop_kind
 from ._systems import AbstractSystem, check_state
 from ._unilateral import check_coefficients, unilaterals
@@ -248,7 +248,7 @@ def _simulate(
         solver,
         StopAtFault(controller),
         jnp.zeros((), q0.dtype),
-        (q0, qd0, jnp.zeros(4, q0.dtype)),
+        (q0, qd0, jnp.zeros(HEALTH, q0.dtype)),
         (system, t0, span, None, None),
         dt0,
         saves=saves,

@@ -59,7 +59,8 @@ MESSAGES = {
 
 # Components of the health record integrated beside the state: each integrates an indicator,
 # so it is non-zero once an accepted step met the fault at any stage, not only at saved times.
-_MASS, _RANK, _NONFINITE, _INCONSISTENT = range(4)
+HEALTH = 4  # the record's length
+_MASS, _RANK, _NONFINITE, _INCONSISTENT = range(HEALTH)
 FATAL = 3  # the first three stop the solve: no acceleration exists there
 
 

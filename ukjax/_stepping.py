@@ -16,7 +16,7 @@ from jaxtyping import Array, PyTree
 from ._core import sqrt_eps
 from ._projection import drift_step
 from ._robots import kernels
-from ._solution import FATAL
+from ._solution import FATAL, HEALTH
 from ._systems import solve_levels
 from ._unilateral import sliding_now
 
@@ -107,22 +107,23 @@ def _rates(s, q, qd, args):
     # instead of rejecting NaN steps until max_steps.
     qdd = jnp.where(jnp.any(faults[:FATAL]), 0, qdd)
     # the indicators' sign follows the span's; only whether they are zero is read
-    rates = (span * qd, span * qdd, span * faults.astype(qd.dtype))
-    if contacts is None:
-        return rates
-    # With contacts, the state also integrates the contacts' forces (λₙ, then λₜ), so that
-    # the saves read them off the derivative of the steps' dense output, at the cost of its
-    # interpolation, instead of solving the contacts again at each save. Left out of the
-    # steps' error control (`events_norm`).
-    forces = jnp.concatenate([contacts.normal, contacts.tangent.reshape(-1)]).astype(qd.dtype)
-    return rates + (span * jnp.where(jnp.any(faults[:FATAL]), 0, forces),)
+    record = faults.astype(qd.dtype)
+    if contacts is not None:
+        # With contacts the record goes on with the contacts' forces (λₙ, then λₜ): the state
+        # integrates them, so that the saves read them off the derivative of the steps' dense
+        # output, at the cost of its interpolation, not of a contact solve per save. In the
+        # indicators' leaf, as each leaf of the state costs operations of its own in every
+        # stage; left out of the steps' error control (`events_norm`).
+        forces = jnp.concatenate([contacts.normal, contacts.tangent.reshape(-1)]).astype(qd.dtype)
+        record = jnp.concatenate([record, jnp.where(jnp.any(faults[:FATAL]), 0, forces)])
+    return span * qd, span * qdd, span * record
 
 
 def events_norm(error) -> Array:
     """The step controller's norm of the scaled error (`diffrax.PIDController`'s RMS) over
     the state and the fault indicators, not the integrated contact forces (`_rates`): a force's
     integral is read for the saves only, and its error does not decide the steps."""
-    return optx.rms_norm(error[:3])
+    return optx.rms_norm((error[0], error[1], error[2][:HEALTH]))
 
 
 class StopAtFault(diffrax.AbstractStepSizeController):
