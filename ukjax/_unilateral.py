@@ -570,11 +570,9 @@ class ContactRecord(eqx.Module):
     - `mode`: `0` open, `1` sliding, `2` sticking, at the saved times, shape (k, c).
     - `normal`: the normal force `λₙ` at the saved times, shape (k, c).
     - `tangent`: the friction force in each contact's tangent basis, shape (k, c, 2).
-      Both are read off the steps' dense output, as the saved states are (the rate of the
-      forces' integral, which the integration carries): their error is of the
-      interpolation's order, about 100 times the tolerance relative to the force (3.4e-8 at
-      `rtol = atol = 1e-10` on a particle sliding inside a circle), and a save costs no
-      contact solve.
+      Both are read off the steps' dense output as the states are (the rate of the forces'
+      integral, which the run carries), to about 100 times the tolerance relative to the
+      force (3.4e-8 at `rtol = atol = 1e-10`), with no contact solve per save.
     - `event_times`: the times of the events (impacts, releases, stick–slip changes), in
       order; `inf` past the last, shape (E,) with `E = max_events`.
     - `impulses`: the normal impulse of each contact at each event, shape (E, c).
