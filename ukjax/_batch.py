@@ -82,7 +82,11 @@ def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh, chunk):
             own, q0, qd0 = inputs
             return one(eqx.combine(own, shared), q0, qd0)
 
-        return jax.lax.map(member, (own, q0, qd0), batch_size=chunk)
+        # one at a time without `vmap`: mapped over a batch of one, every loop of the
+        # program carries the batched loops' selects. Measured on 2 cores, 16 members:
+        # contacts.xml compiles in 9.9 s against 13.3-13.9 s and runs 3 % slower, the ball's
+        # 25 001 saves in 7.9-8.3 s against 10.8-11.3 s and 8 % slower.
+        return jax.lax.map(member, (own, q0, qd0), batch_size=None if chunk == 1 else chunk)
 
     specs = jax.tree.map(
         lambda axis: PartitionSpec() if axis is None else PartitionSpec(_AXIS),
