@@ -84,8 +84,9 @@ def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh, chunk):
 
         # one at a time without `vmap`: mapped over a batch of one, every loop of the
         # program carries the batched loops' selects. Measured on 2 cores, 16 members:
-        # contacts.xml compiles in 9.9 s against 13.3-13.9 s and runs 3 % slower, the ball's
-        # 25 001 saves in 7.9-8.3 s against 10.8-11.3 s and 8 % slower.
+        # contacts.xml compiles in 9.9 s against 13.3-13.9 s and runs 3 % slower; the bouncing
+        # ball in 6.9 s against 10.3-10.7 s, its run 15 % slower with 2 saves, as fast with
+        # 25 001.
         return jax.lax.map(member, (own, q0, qd0), batch_size=None if chunk == 1 else chunk)
 
     specs = jax.tree.map(
