@@ -15,7 +15,7 @@ import numpy as np
 from . import _linalg as la
 from ._jit import jit
 from ._solution import FATAL, HEALTH, Solution, Status, final_status
-from ._stepping import Bounded, StopAtFault, events_norm, integrate, loop_kind
+from ._stepping import Bounded, StopAtFault, events_norm, integrate, loop_kind, save_rows
 from ._systems import levels_violation, solve_levels
 from ._unilateral import (
     CONE,
@@ -246,11 +246,12 @@ def simulate_events(
     c = eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0)[-1].contacts.size
     # each save's state, the contacts' forces (λₙ, then λₜ) and the stretch it belongs to;
     # the modes are kept per stretch
+    rows = save_rows(k)
     records = (
-        jnp.full((k,) + q0.shape, jnp.inf, dtype),
-        jnp.full((k,) + q0.shape, jnp.inf, dtype),
-        jnp.full((k, 3 * c), jnp.nan, dtype),
-        jnp.zeros(k, jnp.int32),
+        jnp.full((rows,) + q0.shape, jnp.inf, dtype),
+        jnp.full((rows,) + q0.shape, jnp.inf, dtype),
+        jnp.full((rows, 3 * c), jnp.nan, dtype),
+        jnp.zeros(rows, jnp.int32),
     )
     no_modes = Modes(jnp.zeros(c, jnp.int32), jnp.zeros((c, 2), dtype), jnp.ones(c, dtype))
     # The start is resolved as an event is (a ball dropped resting, a start inside a limit),
@@ -350,7 +351,7 @@ def simulate_events(
         cond, body, init, max_steps=max_events + 1, buffers=lambda state: state["records"], kind=loop_kind(adjoint)
     )
     progress_meter.close(final["meter"])
-    q, qd, forces, stretch = final["records"]
+    q, qd, forces, stretch = (x[:k] for x in final["records"])
     normal, tangent = forces[:, :c], forces[:, c:].reshape(k, c, 2)
     # a save never reached has every contact open
     mode = jnp.where((jnp.arange(k) < final["index"])[:, None], final["stretches"][stretch], OPEN)

@@ -14,7 +14,7 @@ from ._events import simulate_events, warn_if_started_inside
 from ._jit import jit
 from ._projection import drift_step
 from ._solution import HEALTH, MESSAGES, Solution, Status, final_status
-from ._stepping import RK4, Projecting, StopAtFault, integrate, loop_kind
+from ._stepping import RK4, Projecting, StopAtFault, integrate, loop_kind, save_rows
 from ._systems import AbstractSystem, check_state
 from ._unilateral import check_coefficients, unilaterals
 
@@ -243,7 +243,7 @@ def _simulate(
     elif dt0 is not None:
         dt0 = dt0 / scale
     saves = (ts - t0) / scale
-    inf = jnp.full((ts.shape[0],) + q0.shape, jnp.inf, q0.dtype)
+    inf = jnp.full((save_rows(ts.shape[0]),) + q0.shape, jnp.inf, q0.dtype)
     run = integrate(
         solver,
         StopAtFault(controller),
@@ -261,7 +261,7 @@ def _simulate(
         meter=progress_meter.init(),
     )
     progress_meter.close(run.meter)
-    (q, qd), (_, _, health) = run.records, run.y
+    (q, qd), (_, _, health) = (x[: ts.shape[0]] for x in run.records), run.y
     if isinstance(solver, Projecting):  # the saves between step ends too
         projected = jax.vmap(drift_step, in_axes=(None, 0, 0, 0))(system, ts, q, qd)
         finite = (jnp.all(jnp.isfinite(q), axis=1) & jnp.all(jnp.isfinite(qd), axis=1))[:, None]

@@ -370,9 +370,16 @@ class Integration(eqx.Module):
 _SAVES_AT_ONCE = 128
 
 
+def save_rows(k: int) -> int:
+    """The rows of `integrate`'s records for `k` saves: the saves' own, then the rows that
+    take a block's saves not due (`_save`); the first `k` are the saves."""
+    return k + min(_SAVES_AT_ONCE, k)
+
+
 def _save(interpolation, saves, upto, record, records, index, kind):
     """The saves from `index` on that lie at or before `upto`, interpolated on the step's
-    dense output and written by `record` into `records`, up to `_SAVES_AT_ONCE` at a time."""
+    dense output and written by `record` into `records` (`save_rows` rows), up to
+    `_SAVES_AT_ONCE` at a time."""
     k = saves.shape[0]
     size = min(_SAVES_AT_ONCE, k)
 
@@ -389,14 +396,16 @@ def _save(interpolation, saves, upto, record, records, index, kind):
         rate = lambda s: jax.jvp(interpolation.evaluate, (s,), (jnp.ones_like(s),))  # noqa: E731
         new = jax.vmap(record)(*jax.vmap(rate)(saves[rows]))
 
-        def write(x, all):
-            # the rows not due keep what they hold (written out of bounds and dropped, their
-            # cotangents would be read back out of bounds: NaN)
-            kept = jnp.where(due.reshape(due.shape + (1,) * (x.ndim - 1)), x, all[rows])
-            return all.at[rows].set(kept, unique_indices=True)
+        # Each save's row is written once, by the trip that saves it: a loop's buffer is
+        # transposed as written once per row (its cotangent read once, not cleared), and
+        # a row written again with what it held had its derivative counted once per write.
+        # The block's rows not due go to the rows after the saves, whose cotangent is zero.
+        # (Written out of bounds and dropped, their cotangents would be read back as NaN.)
+        target = jnp.where(due, rows, k + jnp.arange(size))
 
         # mapped over `new`: the records' leaves are buffers, each a pytree of its own
-        return jax.tree.map(write, new, records), i + jnp.sum(due, dtype=i.dtype)
+        new = jax.tree.map(lambda x, all: all.at[target].set(x, unique_indices=True), new, records)
+        return new, i + jnp.sum(due, dtype=i.dtype)
 
     # the records as buffers: written in place where a member of a batch saves, not copied
     # whole for every member that does not
