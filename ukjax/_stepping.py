@@ -364,9 +364,8 @@ class Integration(eqx.Module):
 
 # Saves interpolated at once on a step (a vectorised evaluation of its dense output). A bouncing
 # ball saved every 0.1 ms (16 members, 25 001 saves each): 0.36 s with 32 at once, 0.25 s with
-# 128, 0.25 s with 512, 0.08 s with 2 saves; fitted to these, a trip costs about 12 µs and each
-# save in it about 0.26 µs (the records' gathers and scatters about 0.08 µs of it, measured
-# alone; the rest the interpolation and its derivative).
+# 128, 0.25 s with 512, 0.08 s with 2 saves; fitted to these, a trip cost about 12 µs and each
+# save in it about 0.26 µs, then with each record written by a gather, a select and a scatter.
 _SAVES_AT_ONCE = 128
 
 
