@@ -15,7 +15,7 @@ import numpy as np
 from . import _linalg as la
 from ._jit import jit
 from ._solution import FATAL, HEALTH, Solution, Status, final_status
-from ._stepping import Bounded, StopAtFault, events_norm, integrate, loop_kind, save_rows
+from ._stepping import Bounded, StopAtFault, events_norm, integrate, loop_kind, save_rows, solve_in_modes
 from ._systems import levels_violation, solve_levels
 from ._unilateral import (
     CONE,
@@ -29,7 +29,6 @@ from ._unilateral import (
     inverse_masses,
     norm,
     select_modes,
-    sliding_now,
     valid_coefficients,
 )
 
@@ -81,17 +80,6 @@ _EVENT_SCALE = 1e-6
 _SLIDE_SPEED = 1e3
 
 
-def _contact_state(system, t, q, qd, modes=None, rest=None):
-    """`(dynamics, contact level, (modes, ContactSolution, converged))` at one state: in the
-    given modes (sliding as `sliding_now` says with `rest`), or in the modes that solve the
-    contact problem there."""
-    d = system.dynamics(t, q, qd)
-    if modes is not None:
-        modes = sliding_now(modes, d.levels[-1].contacts, rest)
-    _, contacts = solve_levels(d, modes)
-    return d, d.levels[-1], contacts
-
-
 def _values(contacts, sol, modes, force_scale):
     """Positive while every contact's mode holds: an open contact's gap, a closed one's
     normal force, a sticking one's margin inside the friction cone, a sliding one's slip
@@ -123,8 +111,8 @@ def _event_value(s, y, args):
     """`_values` at `y`, in the normalised time `s`, in the modes of `args`."""
     system, t0, span, modes, rest, force_scale = args
     q, qd = y[:2]
-    _, level, (_, sol, _) = _contact_state(system, t0 + s * span, q, qd, modes, rest)
-    return _values(level.contacts, sol, modes, force_scale)
+    d, _, sol = solve_in_modes(system, t0 + s * span, q, qd, modes, rest)
+    return _values(d.levels[-1].contacts, sol, modes, force_scale)
 
 
 def _transition(system, t, q, qd, rest_speed):

@@ -96,8 +96,7 @@ def _rates(s, q, qd, args):
     if modes is None:
         sol, contacts = kernels.solve(system, t, q, qd), None
     else:
-        d = system.dynamics(t, q, qd)
-        sol, (_, contacts, _) = solve_levels(d, sliding_now(modes, d.levels[-1].contacts, rest))
+        _, sol, contacts = solve_in_modes(system, t, q, qd, modes, rest)
     # Results follow the state's dtype even where the model's parameters are wider.
     qdd = sol.acceleration.astype(qd.dtype)
     nonfinite = ~(jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)))
@@ -105,7 +104,8 @@ def _rates(s, q, qd, args):
     # A finite stand-in where no acceleration exists: the step controller then shrinks the
     # step onto the fault (the indicator jumps there) and `StopAtFault` ends the solve,
     # instead of rejecting NaN steps until max_steps.
-    qdd = jnp.where(jnp.any(faults[:FATAL]), 0, qdd)
+    fatal = jnp.any(faults[:FATAL])
+    qdd = jnp.where(fatal, 0, qdd)
     # the indicators' sign follows the span's; only whether they are zero is read
     record = faults.astype(qd.dtype)
     if contacts is not None:
@@ -115,8 +115,16 @@ def _rates(s, q, qd, args):
         # indicators' leaf, as each leaf of the state costs operations of its own in every
         # stage; left out of the steps' error control (`events_norm`).
         forces = jnp.concatenate([contacts.normal, contacts.tangent.reshape(-1)]).astype(qd.dtype)
-        record = jnp.concatenate([record, jnp.where(jnp.any(faults[:FATAL]), 0, forces)])
+        record = jnp.concatenate([record, jnp.where(fatal, 0, forces)])
     return span * qd, span * qdd, span * record
+
+
+def solve_in_modes(system, t, q, qd, modes, rest):
+    """`system`'s dynamics at `(t, q, q̇)` and their solve with its contacts in `modes`
+    (sliding as `sliding_now` says with `rest`): `(Dynamics, UKSolution, ContactSolution)`."""
+    d = system.dynamics(t, q, qd)
+    sol, (_, contacts, _) = solve_levels(d, sliding_now(modes, d.levels[-1].contacts, rest))
+    return d, sol, contacts
 
 
 def events_norm(error) -> Array:
@@ -440,8 +448,9 @@ def integrate(
     - `solver`, `controller`: diffrax's; `dt0` the first step (None: the controller's choice).
     - `s0`, `y0`, `args`: the start and the vector field's arguments.
     - `saves`: the save times, sorted; the saves from `index` on are due.
-    - `records`, `record`: leaves with one row per save; `record(y, rate)` is a save's rows
-      (from its state and the state's rate in `s`, both from the step's dense output).
+    - `records`, `record`: leaves with `save_rows(k)` rows for the `k` saves, the saves in the
+      first `k`; `record(y, rate)` is a save's rows (from its state and the state's rate in
+      `s`, both from the step's dense output).
     - `max_steps`: the most steps; `adjoint`: diffrax's, for the loops' kind (`loop_kind`).
     - `progress_meter`: diffrax's, with its state `meter`.
     - `event`: None, or `(function, value)`: the run stops where `function(s, y)` falls

@@ -125,9 +125,9 @@ def solve_levels(
     return solution, contacts
 
 
-def solve_dynamics(d: Dynamics, modes: Modes | None = None) -> UKSolution:
+def solve_dynamics(d: Dynamics) -> UKSolution:
     """The acceleration from `Dynamics` with the diagnostics of every solve (`solve_levels`)."""
-    return solve_levels(d, modes)[0]
+    return solve_levels(d)[0]
 
 
 class AbstractSystem(eqx.Module):
