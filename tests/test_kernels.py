@@ -181,9 +181,10 @@ def test_kernel_route_is_differentiated_by_the_xla_route(loops):
 
 
 def test_kernel_dynamics_match_the_xla_route(loops):
-    """`M` and `Q` alone (what a system with contacts takes from the kernel): the tree with the
-    tendon across branches, one state and a batch (its lanes padded), a batch whose members
-    have masses of their own (the XLA route), and derivatives in both modes against central
+    """`M` and `Q` alone (what a system with contacts takes from the kernel), with the
+    kinematics and motion the rows are built from (the same call): the tree with the tendon
+    across branches, one state and a batch (its lanes padded), a batch whose members have
+    masses of their own (the XLA route), and derivatives in both modes against central
     differences."""
     if jax.default_backend() != "cpu":
         pytest.skip("M and Q alone are built for a CPU")
@@ -192,25 +193,32 @@ def test_kernel_dynamics_match_the_xla_route(loops):
     q, qd = _states(q0, 40, 4)
     masses = tree.masses * jnp.linspace(0.5, 1.5, 40)[:, None]
     with_masses = lambda m: eqx.tree_at(lambda t: t.masses, tree, m)  # noqa: E731
-    own = jax.vmap(lambda m, q, qd: with_masses(m).dynamics(0.0, q, qd)[:2])
+
+    def routed(tree, q, qd):  # as the library reaches them: the kernel where it runs
+        kin, motion = tree._motion(q, qd)
+        return (*tree.dynamics(0.0, q, qd)[:2], kin.rotations, kin.positions, kin.twists, *motion)
+
+    own = jax.vmap(lambda m, q, qd: routed(with_masses(m), q, qd))
 
     def every(q, qd, masses):
         return (
-            jax.vmap(lambda q, qd: tree.dynamics(0.0, q, qd)[:2])(q, qd),  # the kernel, chunks of lanes
-            tree.dynamics(0.0, q[0], qd[0])[:2],  # the kernel, one lane
+            jax.vmap(lambda q, qd: routed(tree, q, qd))(q, qd),  # the kernel, chunks of lanes
+            routed(tree, q[0], qd[0]),  # the kernel, one lane
             own(masses, q, qd),  # members with masses of their own: the XLA route
-            jax.vmap(lambda m, q, qd: with_masses(m)._mass_and_forces(q, qd))(masses, q, qd),
-            jax.vmap(lambda q, qd: tree._mass_and_forces(q, qd))(q, qd),
+            jax.vmap(lambda m, q, qd: kernels._xla_dynamics(with_masses(m), q, qd))(masses, q, qd),
+            jax.vmap(lambda q, qd: kernels._xla_dynamics(tree, q, qd))(q, qd),
         )
 
     # one program for every route (each compiled apart, the test took twice as long)
     text = jax.jit(every).lower(q, qd, masses).as_text()
     assert "ukjax_tree_dynamics_32" in text and "ukjax_tree_dynamics_1" in text
     assert "ukjax_tree_dynamics" not in jax.jit(own).lower(masses, q, qd).as_text()
-    (M, Q), (M1, Q1), (Mo, Qo), (Mr, Qr), (Mx, Qx) = jax.jit(every)(q, qd, masses)
-    assert _relative(M, Mx) < 1e-13 and _relative(Q, Qx) < 1e-12
-    assert _relative(M1, Mx[0]) < 1e-13 and _relative(Q1, Qx[0]) < 1e-12
-    assert _relative(Mo, Mr) < 1e-13 and _relative(Qo, Qr) < 1e-13
+    chunks, one, mine, mine_xla, xla = jax.jit(every)(q, qd, masses)
+    # M, Q, then the bodies' frames, the twists, the bodies' motion
+    for tolerance, *values in zip((1e-13, 1e-12, 1e-14, 1e-14, 1e-13, 1e-13, 1e-12), chunks, one, mine, mine_xla, xla):
+        assert _relative(values[0], values[4]) < tolerance
+        assert _relative(values[1], values[4][0]) < tolerance
+        assert _relative(values[2], values[3]) < 1e-13
 
     def summed(m):
         M, Q = eqx.tree_at(lambda t: t.masses, tree, m).dynamics(0.0, q[0], qd[0])[:2]

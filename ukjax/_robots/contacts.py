@@ -137,8 +137,8 @@ class PlaneContacts(AbstractUnilateral):
 
     def contact_rows(self, system, t, q, qd):
         tree = tree_of(system)
-        kin = tree.kinematics(q)
-        m = algorithms.points_motion(tree, kin, algorithms.motion(tree, kin, qd), self.bodies, self.centres)
+        kin, motion = tree._motion(q, qd)
+        m = algorithms.points_motion(tree, kin, motion, self.bodies, self.centres)
         n, r = self.normals.astype(q.dtype), self.radii.astype(q.dtype)
         A = algorithms.directional_rows(kin.twists, m.moves, m.x, n[:, None])[:, 0]
         normal = ConstraintRows(
@@ -321,8 +321,7 @@ class ShapeContacts(AbstractUnilateral):
 
     def contact_rows(self, system, t, q, qd):
         tree = tree_of(system)
-        kin = tree.kinematics(q)
-        motion = algorithms.motion(tree, kin, qd)
+        kin, motion = tree._motion(q, qd)
         sphere = algorithms.points_motion(tree, kin, motion, self.bodies, self.centres)
         shape = algorithms.points_motion(tree, kin, motion, self.shape_bodies, self.positions)
         # the centre in the shape's frame, y = R_sᵀ s with s = R_Bᵀ (x − o) (B the shape's
@@ -366,8 +365,7 @@ class ShapeContacts(AbstractUnilateral):
 
     def _touching(self, tree, q):
         """Each touching point `x − r n` and each shape's origin, in the world."""
-        kin = tree.kinematics(q)
-        motion = algorithms.motion(tree, kin, jnp.zeros_like(q))
+        kin, motion = tree._motion(q, jnp.zeros_like(q))
         sphere = algorithms.points_motion(tree, kin, motion, self.bodies, self.centres)
         shape = algorithms.points_motion(tree, kin, motion, self.shape_bodies, self.positions)
         R = mm(shape.rotation, self.rotations.astype(q.dtype))
@@ -458,8 +456,8 @@ class SegmentContacts(AbstractUnilateral):
 
     def contact_rows(self, system, t, q, qd):
         tree = tree_of(system)
-        kin = tree.kinematics(q)
-        a0, a1, b0, b1 = self._ends(tree, kin, algorithms.motion(tree, kin, qd))
+        kin, motion = tree._motion(q, qd)
+        a0, a1, b0, b1 = self._ends(tree, kin, motion)
         ends = tuple(m.x for m in (a0, a1, b0, b1))
         ends_rate = tuple(m.velocity for m in (a0, a1, b0, b1))
         # the closest points' parameters on the two segments, and their rates
@@ -522,8 +520,8 @@ class SegmentContacts(AbstractUnilateral):
     def sketch(self, system, t, q):
         """Each segment (both sets), and the closest point of each first segment."""
         tree = tree_of(system)
-        kin = tree.kinematics(q)
-        a0, a1, b0, b1 = (m.x for m in self._ends(tree, kin, algorithms.motion(tree, kin, jnp.zeros_like(q))))
+        kin, motion = tree._motion(q, jnp.zeros_like(q))
+        a0, a1, b0, b1 = (m.x for m in self._ends(tree, kin, motion))
         s, _ = _closest(a0, a1, b0, b1)
         links = jnp.concatenate([jnp.stack([a0, a1], axis=1), jnp.stack([b0, b1], axis=1)])
         return Sketch(links, a0 + s[:, None] * (a1 - a0))

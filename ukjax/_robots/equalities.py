@@ -77,8 +77,7 @@ class Connect(AbstractSystemConstraint):
     def stacked_rows(cls, constraints, system, t, q, qd):
         # one evaluation of the tree's kinematics, and one of every loop's rows at once
         tree = tree_of(system)
-        kin = tree.kinematics(q)
-        motion = algorithms.motion(tree, kin, qd)
+        kin, motion = tree._motion(q, qd)
         ends = [
             algorithms.points_motion(tree, kin, motion, bodies, jnp.stack(points))
             for bodies, points in (

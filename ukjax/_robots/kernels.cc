@@ -8,7 +8,8 @@
 // by `kernels.py`, which checks that a system is made only of what this file and the caller
 // model, and hands it the tree's structure as index tables (`Section`).
 //
-// One source, three builds, all computing a member with `solve<T>` (or `dynamics<T>`: M and Q alone):
+// One source, three builds, all computing a member with `solve<T>` (or `dynamics<T>`: M and Q alone, with
+// the kinematics and motion behind them):
 // - for a CPU, chunks of C lanes (`UKJAX_LANES`): T is `L`, C states side by side, a loop the
 //   compiler vectorizes;
 // - for a CPU, one lane: T is `double`, the members one after another, each with its work space
@@ -283,7 +284,8 @@ struct Args {
   const double *qpos, *qvel, *applied, *rows_A, *rows_b;
   double alpha, beta, floor, zero_row;
   double *qacc, *force, *health;  // the solve's results
-  double *mass_matrix, *forces;   // the dynamics' (`UkTreeDynamics`)
+  double *mass_matrix, *forces;   // the dynamics' (`UkTreeDynamics`), and the kinematics and
+  double *rotations, *positions, *twists, *velocities, *biases;  // motion it computed them from
 
   HD const int64_t* section(int s) const { return structure + structure[s]; }
   HD int size(int s) const { return int(structure[s + 1] - structure[s]); }
@@ -663,16 +665,29 @@ HD void solve(const Args& a, const Work<T>& w, int64_t member) {
 }
 
 // M and Q of the member (or the chunk) into the (B, n, n) and (B, n) outputs, as
-// `RigidBodyTree.dynamics` gives them
+// `RigidBodyTree.dynamics` gives them, and what they were computed from, as `Kinematics` and
+// `algorithms.motion` give it: the bodies' frames (B, b, 3, 3) and (B, b, 3), the coordinates'
+// twists (B, n, 6), the bodies' twists and accelerations at q̈ = 0 without gravity (B, b, 6)
 template <class T>
 HD void dynamics(const Args& a, const Work<T>& w, int64_t member) {
   assemble(a, w, member);
-  const int n = a.n;
+  const int n = a.n, b = a.b;
   for (int i = 0; i < n; ++i) {
     store(w.Q[i], a.forces, member, n, i);
     for (int j = 0; j < n; ++j)
       store(w.E[int64_t(i > j ? i : j) * n + (i > j ? j : i)], a.mass_matrix, member, int64_t(n) * n, int64_t(i) * n + j);
   }
+  auto six = [&](const S6<T>& x, double* out, int width, int at) {
+    for (int u = 0; u < 3; ++u) store(x.a.v[u], out, member, width, 6 * at + u), store(x.b.v[u], out, member, width, 6 * at + 3 + u);
+  };
+  for (int i = 0; i < b; ++i) {
+    for (int u = 0; u < 3; ++u) {
+      store(w.pw[i].v[u], a.positions, member, 3 * b, 3 * i + u);
+      for (int v = 0; v < 3; ++v) store(w.Rw[i].m[u][v], a.rotations, member, 9 * b, 9 * i + 3 * u + v);
+    }
+    six(w.Vb[i], a.velocities, 6 * b, i), six(w.Ab[i], a.biases, 6 * b, i);
+  }
+  for (int c = 0; c < n; ++c) six(w.S[c], a.twists, 6 * n, c);
 }
 
 // the handlers' arguments; the rows' count `p` is an attribute, for the structure lives where
@@ -707,6 +722,7 @@ static Args arguments(UKJAX_TREE_INPUTS) {
   a.rows_A = rows_A.typed_data(), a.rows_b = rows_b.typed_data();
   a.alpha = alpha, a.beta = beta, a.floor = floor, a.zero_row = zero_row;
   a.qacc = a.force = a.health = a.mass_matrix = a.forces = nullptr;
+  a.rotations = a.positions = a.twists = a.velocities = a.biases = nullptr;
   return a;
 }
 
@@ -823,15 +839,27 @@ static ffi::Error UkTreeImpl(UKJAX_TREE_INPUTS, UKJAX_TREE_SOLVED) {
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTree, UkTreeImpl, UKJAX_TREE_SOLVED_BINDING(ffi::Ffi::Bind()));
 
-// M and Q alone (`RigidBodyTree.dynamics`): a system with contacts solves them elsewhere
+// M and Q alone (`RigidBodyTree.dynamics`), with the kinematics and motion behind them (what a
+// system with contacts builds its rows from): it solves them elsewhere
 static ffi::Error UkTreeDynamicsImpl(UKJAX_TREE_INPUTS, ffi::ResultBuffer<ffi::F64> mass_out,
-                                     ffi::ResultBuffer<ffi::F64> forces_out) {
+                                     ffi::ResultBuffer<ffi::F64> forces_out, ffi::ResultBuffer<ffi::F64> rotations,
+                                     ffi::ResultBuffer<ffi::F64> positions, ffi::ResultBuffer<ffi::F64> twists,
+                                     ffi::ResultBuffer<ffi::F64> velocities, ffi::ResultBuffer<ffi::F64> biases) {
   Args a = arguments(UKJAX_TREE_CALL);
   a.mass_matrix = mass_out->typed_data(), a.forces = forces_out->typed_data();
+  a.rotations = rotations->typed_data(), a.positions = positions->typed_data(), a.twists = twists->typed_data();
+  a.velocities = velocities->typed_data(), a.biases = biases->typed_data();
   return members(a, qpos.dimensions()[0], space, [&](const auto& work, int64_t m) { dynamics(a, work, m); });
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeDynamics, UkTreeDynamicsImpl,
-                              UKJAX_TREE_BINDING(ffi::Ffi::Bind()).Ret<ffi::Buffer<ffi::F64>>().Ret<ffi::Buffer<ffi::F64>>());
+                              UKJAX_TREE_BINDING(ffi::Ffi::Bind())
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>());
 
 #endif

@@ -34,6 +34,8 @@ from .._systems import AbstractSystem, ConstrainedSystem, Forced
 from .._unilateral import AbstractUnilateral
 from .actuators import Actuated
 from .equalities import Connect
+from . import algorithms
+from .joints import Kinematics
 from .tree import NORM_GAINS, RigidBodyTree
 
 _KINDS = {"hinge": 0, "slide": 1, "ball": 2, "free": 3}
@@ -205,12 +207,14 @@ def _call(parts: Parts, q: Float[Array, "B n"], qd: Float[Array, "B n"], outside
 
 def _dynamics_call(tree: RigidBodyTree, q: Float[Array, "B n"], qd: Float[Array, "B n"], applied, lanes=None):
     """`M` and `Q` of `tree` at `B` states as `RigidBodyTree.dynamics` gives them (its
-    quaternions' norm rows folded in), shapes (B, n, n) and (B, n), `applied` (B, n) the forces
+    quaternions' norm rows folded in), shapes (B, n, n) and (B, n), then the kinematics and the
+    bodies' motion they were computed from (`_xla_dynamics`), `applied` (B, n) the forces
     applied from outside the kernel (the tendons'); `lanes` as for `_call`."""
-    n = q.shape[1]
+    n, b = q.shape[1], len(tree.parents)
     parts = Parts(tree, (), tree, (), (), None)
     outside = (applied, jnp.zeros((q.shape[0], 0, n), q.dtype), jnp.zeros((q.shape[0], 0), q.dtype))
-    return _ffi(dynamics_target, ((n, n), (n,)), parts, q, qd, outside, lanes, SPACE)
+    shapes = ((n, n), (n,), (b, 3, 3), (b, 3), (n, 6), (b, 6), (b, 6))
+    return _ffi(dynamics_target, shapes, parts, q, qd, outside, lanes, SPACE)
 
 
 def _ffi(target, shapes, parts: Parts, q, qd, outside, lanes, space):
@@ -334,15 +338,18 @@ def solve(system, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> UKSolutio
     return UKSolution(acceleration, force, inconsistency, fault == 0, jnp.array(True))
 
 
-def _xla_dynamics(tree, t, q, qd):
-    return tree._mass_and_forces(q, qd)
+def _xla_dynamics(tree, q, qd):
+    kin = tree.kinematics(q)
+    return (*tree._mass_and_forces(q, qd, kin), kin.rotations, kin.positions, kin.twists, *algorithms.motion(tree, kin, qd))
 
 
 @eqx.filter_custom_jvp
-def _dynamics(tree, t, q, qd):
+def _dynamics(tree, q, qd):
     arrays, static = eqx.partition(tree, eqx.is_array)
+    # a tree's dynamics do not depend on time: the same call at every time of a program
     prepare = lambda tree, t, q, qd: tree._tendon_forces(q, qd)  # noqa: E731
-    return _mapped(static, prepare, _dynamics_call, _xla_dynamics)(arrays, t, q, qd)
+    xla = lambda tree, t, q, qd: _xla_dynamics(tree, q, qd)  # noqa: E731
+    return _mapped(static, prepare, _dynamics_call, xla)(arrays, jnp.zeros((), q.dtype), q, qd)
 
 
 @_dynamics.def_jvp
@@ -352,13 +359,29 @@ def _dynamics_jvp(primals, tangents):
     return _dynamics(*primals), tangent
 
 
-def mass_and_forces(tree: RigidBodyTree, t, q: Float[Array, " n"], qd: Float[Array, " n"]):
+def _on_kernel(tree: RigidBodyTree, q, qd) -> bool:
+    return qd.dtype == q.dtype and jax.default_backend() == "cpu" and runs(tree, q.dtype) is not None
+
+
+def mass_and_forces(tree: RigidBodyTree, q: Float[Array, " n"], qd: Float[Array, " n"]):
     """`RigidBodyTree.dynamics`' `M` and `Q` (its quaternions' norm rows folded in), by the
     compiled kernel where it runs for the tree on a CPU (`runs`): for one state, and under
     `jax.vmap` once for the whole batch. Derivatives come from the XLA route
     (`RigidBodyTree._mass_and_forces`). A system without contacts takes its whole solve from
     the kernel (`solve`); one with contacts or limits, whose rows the contact solve takes, its
     `M` and `Q` from here."""
-    if qd.dtype != q.dtype or jax.default_backend() != "cpu" or runs(tree, q.dtype) is None:
-        return tree._mass_and_forces(q, qd)
-    return _dynamics(tree, t, q, qd)
+    if not _on_kernel(tree, q, qd):
+        return tree._mass_and_forces(q, qd, tree.kinematics(q))
+    return _dynamics(tree, q, qd)[:2]
+
+
+def motion(tree: RigidBodyTree, q: Float[Array, " n"], qd: Float[Array, " n"]) -> tuple[Kinematics, tuple]:
+    """The kinematics at `q` and the bodies' motion at `(q, q̇)` (`algorithms.motion`), what
+    the rows of loops and contacts are built from: where `mass_and_forces` runs on the kernel,
+    from the same call (XLA merges the identical calls of one program: the dynamics and every
+    family of rows share one evaluation), else in XLA."""
+    if not _on_kernel(tree, q, qd):
+        kin = tree.kinematics(q)
+        return kin, algorithms.motion(tree, kin, qd)
+    _, _, rotations, positions, twists, V, A = _dynamics(tree, q, qd)
+    return Kinematics(rotations, positions, twists), (V, A)

@@ -282,6 +282,14 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         """Body frames and joint twists at `q`."""
         return joints.kinematics(self, q)
 
+    def _motion(self, q, qd) -> tuple[Kinematics, tuple[Float[Array, "b 6"], Float[Array, "b 6"]]]:
+        """The kinematics at `q` and the bodies' motion at `(q, q̇)` (`algorithms.motion`), what
+        rows are built from: where the tree's dynamics run on the compiled kernel, from the
+        same call (`kernels.motion`)."""
+        from . import kernels  # which imports this module
+
+        return kernels.motion(self, q, qd)
+
     # The three conversions below are compiled as one program each: op by op, each of their
     # operations compiles on its own (0.6 s of importing a four-bar file went to `velocity_map`).
     @jit
@@ -399,15 +407,14 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
     def dynamics(self, t, q, qd):
         from . import kernels  # which imports this module
 
-        M, Q = kernels.mass_and_forces(self, t, q, qd)
+        M, Q = kernels.mass_and_forces(self, q, qd)
         if not self._quaternions():
             return Dynamics(M, Q, ())
         return Dynamics(M, Q, (ConstraintLevel(self.norm_rows(q, qd), None, "svd"),))
 
-    def _mass_and_forces(self, q, qd):
-        """`M` and `Q` of `dynamics` in XLA: the kinematics evaluated once for both, the
-        quaternions' norm rows folded in."""
-        kin = self.kinematics(q)
+    def _mass_and_forces(self, q, qd, kin: Kinematics):
+        """`M` and `Q` of `dynamics` in XLA from the kinematics at `q`, the quaternions' norm
+        rows folded in."""
         M, Q = algorithms.mass_matrix(self, q, kin), self._forces(q, qd, kin)
         if not self._quaternions():
             return M, Q
@@ -508,7 +515,7 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
 
         `(x, J, J̇ q̇)`, shapes (3,), (3, n), (3,).
         """
-        kin = self.kinematics(q)
-        one = algorithms.points_motion(self, kin, algorithms.motion(self, kin, qd), (body,), as_inexact(point)[None])
+        kin, motion = self._motion(q, qd)
+        one = algorithms.points_motion(self, kin, motion, (body,), as_inexact(point)[None])
         J = algorithms.directional_rows(kin.twists, one.moves, one.x, jnp.eye(3, dtype=one.x.dtype)[None])
         return one.x[0], J[0], one.bias[0]
