@@ -80,7 +80,7 @@ _EVENT_SCALE = 1e-6
 _SLIDE_SPEED = 1e3
 
 
-def _values(contacts, sol, modes, force_scale):
+def mode_values(contacts, sol, modes, force_scale):
     """Positive while every contact's mode holds: an open contact's gap, a closed one's
     normal force, a sticking one's margin inside the friction cone, a sliding one's slip
     along the direction it started in. The least of them, scaled (`_EVENT_SCALE`)."""
@@ -108,11 +108,11 @@ def _values(contacts, sol, modes, force_scale):
 # called at each step's end and in the root finder.
 @eqx.filter_jit
 def _event_value(s, y, args):
-    """`_values` at `y`, in the normalised time `s`, in the modes of `args`."""
+    """`mode_values` at `y`, in the normalised time `s`, in the modes of `args`."""
     system, t0, span, modes, rest, force_scale = args
     q, qd = y[:2]
     d, _, sol = solve_in_modes(system, t0 + s * span, q, qd, modes, rest)
-    return _values(d.levels[-1].contacts, sol, modes, force_scale)
+    return mode_values(d.levels[-1].contacts, sol, modes, force_scale)
 
 
 def _transition(system, t, q, qd, rest_speed):
@@ -200,7 +200,7 @@ def _transition(system, t, q, qd, rest_speed):
     # the modes from here on; their forces only scale the event values (off the tape)
     d = system.dynamics(t, q, qd)
     _, (modes, sol, settled) = solve_levels(d, differentiable=False)
-    value = _values(d.levels[-1].contacts, sol, modes, sol.scale)
+    value = mode_values(d.levels[-1].contacts, sol, modes, sol.scale)
     valid = valid_coefficients(c.friction, c.restitution)
     return q, qd, modes, jump.normal, sol.scale, value, penetration, converged & settled & valid, valid
 
@@ -214,9 +214,10 @@ def simulate_events(
     mode stops holding (`_event_value` crosses zero at a step's end; the root found on that
     step's dense output); `_transition` applies the impact and chooses the next modes.
 
-    The stretches are stepped by `integrate`: the program holds one copy of the event's
-    value in the steps and one in the root finder, each save is interpolated once, by the
-    stretch that reaches it, and no host callback enters the program."""
+    The stretches are stepped by `integrate`: a step's end reads the event's value off the
+    vector field's last stage (`_rates` returns it), the root finder evaluates it on the
+    step's dense output, each save is interpolated once, by the stretch that reaches it, and
+    no host callback enters the program."""
     controller = diffrax.PIDController(rtol=rtol, atol=atol, norm=events_norm) if adaptive else diffrax.ConstantStepSize()
     span = t1 - t0
     scale = jnp.where(span == 0, 1.0, span)
@@ -289,25 +290,25 @@ def simulate_events(
         stretches = state["stretches"].at[count].set(modes.mode)
         # a member with invalid coefficients saves nothing: its run never started
         index = jnp.where(valid, state["index"], k)
-        args = (system, t0, span, modes, _SLIDE_SPEED * atol)
+        args = (system, t0, span, modes, _SLIDE_SPEED * atol, force_scale)
         run = integrate(
             solver,
             controller,
             s0,
-            # the forces integrated from zero on each stretch after the health record: only
-            # their rate is saved
-            (q, qd, jnp.concatenate([state["health"], jnp.zeros(3 * c, dtype)])),
+            # the forces integrated from zero on each stretch after the health record, and the
+            # event's value (`_rates`): only the forces' rate is saved
+            (q, qd, jnp.concatenate([state["health"], jnp.zeros(3 * c + 1, dtype)])),
             args,
             dt0,
             saves=saves,
             records=state["records"],
             index=index,
-            record=lambda y, rate: (y[0], y[1], rate[2][HEALTH:] / scale, count),
+            record=lambda y, rate: (y[0], y[1], rate[2][HEALTH:-1] / scale, count),
             max_steps=max_steps,
             adjoint=adjoint,
             progress_meter=progress_meter,
             meter=state["meter"],
-            event=(lambda s, y: _event_value(s, y, args + (force_scale,)), value),
+            event=(lambda s, y: _event_value(s, y, args), value, lambda rate: rate[2][-1]),
         )
         q1, qd1, record = run.y
         return dict(

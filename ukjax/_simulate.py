@@ -249,7 +249,7 @@ def _simulate(
         StopAtFault(controller),
         jnp.zeros((), q0.dtype),
         (q0, qd0, jnp.zeros(HEALTH, q0.dtype)),
-        (system, t0, span, None, None),
+        (system, t0, span, None, None, None),
         dt0,
         saves=saves,
         records=(inf, inf),

@@ -89,14 +89,16 @@ def vector_field(s, y, args):
 @eqx.filter_jit
 def _rates(s, q, qd, args):
     # in the normalised time s = (t - t0) / (t1 - t0) of `_simulate`
-    system, t0, span, modes, rest = args
+    system, t0, span, modes, rest, force_scale = args
     t = t0 + s * span
     # between events the contacts keep the modes the simulation chose (`_events`); mapped over
     # states, a robot tree's solve is one call of the compiled kernel (`kernels.solve`)
     if modes is None:
         sol, contacts = kernels.solve(system, t, q, qd), None
     else:
-        _, sol, contacts = solve_in_modes(system, t, q, qd, modes, rest)
+        from ._events import mode_values  # which imports this module
+
+        d, sol, contacts = solve_in_modes(system, t, q, qd, modes, rest)
     # Results follow the state's dtype even where the model's parameters are wider.
     qdd = sol.acceleration.astype(qd.dtype)
     nonfinite = ~(jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)))
@@ -116,6 +118,12 @@ def _rates(s, q, qd, args):
         # stage; left out of the steps' error control (`events_norm`).
         forces = jnp.concatenate([contacts.normal, contacts.tangent.reshape(-1)]).astype(qd.dtype)
         record = jnp.concatenate([record, jnp.where(fatal, 0, forces)])
+        # and last the event's value at this state, not scaled: a step's last stage is at its
+        # end (Tsit5's and Kvaerno5's), where `integrate` reads it instead of solving again;
+        # finite, for its integral is carried too (and read by nothing)
+        value = mode_values(d.levels[-1].contacts, contacts, modes, force_scale)
+        value = jnp.minimum(value, jnp.finfo(qd.dtype).max).astype(qd.dtype)
+        return span * qd, span * qdd, jnp.concatenate([span * record, value[None]])
     return span * qd, span * qdd, span * record
 
 
@@ -453,9 +461,11 @@ def integrate(
       `s`, both from the step's dense output).
     - `max_steps`: the most steps; `adjoint`: diffrax's, for the loops' kind (`loop_kind`).
     - `progress_meter`: diffrax's, with its state `meter`.
-    - `event`: None, or `(function, value)`: the run stops where `function(s, y)` falls
-      from above zero to zero or below between two steps' ends, located on the step's dense
-      output (`FallingRoot`, to 1e-14); `value` its value at `s0`.
+    - `event`: None, or `(function, value, read)`: the run stops where `function(s, y)`
+      falls from above zero to zero or below between two steps' ends, located on the step's
+      dense output (`FallingRoot`, to 1e-14); `value` its value at `s0`; `read(rate)` the same
+      value from the vector field's output at `(s, y)`, read at a step's end from the
+      solver's last stage where the solver keeps it (first same as last), not evaluated again.
 
     **Returns:**
 
@@ -473,7 +483,7 @@ def integrate(
     floor = np.ones((), s0.dtype)
     for _ in range(100):
         floor = np.nextafter(floor, np.zeros((), s0.dtype))
-    function, value = (lambda s, y: jnp.full((), jnp.inf, s.dtype), jnp.inf) if event is None else event
+    function, value, read = (lambda s, y: jnp.full((), jnp.inf, s.dtype), jnp.inf, None) if event is None else event
     snext, controller_state = controller.init(terms, s0, one, y0, dt0, args, solver.func, error_order)
     snext = jnp.minimum(snext, one)
     solver_state = solver.init(terms, s0, snext, y0, args)
@@ -509,7 +519,9 @@ def integrate(
         )
         sprev = jnp.minimum(sprev, one)
         snext = jnp.where(snext > floor, jnp.where(keep, one, sprev + 0.5 * (one - sprev)), snext)
-        value = function(x.snext, y1)
+        # diffrax's solver state after a step of a first-same-as-last solver: (False, the
+        # vector field at the step's end)
+        value = function(x.snext, y1) if read is None or solver_state is None else read(solver_state[1])
         crossed = keep & (x.value > 0) & (value <= 0)
         advance = keep & ~crossed
         interpolation = solver.interpolation_cls(t0=x.s, t1=x.snext, **dense)
