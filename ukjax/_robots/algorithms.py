@@ -91,11 +91,14 @@ def points_motion(
     dtype = kin.positions.dtype
     b, n = len(tree.parents), kin.twists.shape[0]
     points = points.astype(dtype)
-    # the world as body b: a fixed frame at the origin that no coordinate moves
+    # the world as body b: a fixed frame at the origin that no coordinate moves; every body's
+    # frame and motion side by side, gathered at once (each gather is a kernel of its own)
     index = np.array([b if i < 0 else i for i in map(tree.body_index, bodies)], dtype=int)
-    rotations = jnp.concatenate([kin.rotations, jnp.eye(3, dtype=dtype)[None]])[index]
-    positions = jnp.concatenate([kin.positions, jnp.zeros((1, 3), dtype)])[index]
-    V, A = (jnp.concatenate([x, jnp.zeros((1, 6), dtype)])[index] for x in motion)
+    frames = jnp.concatenate([kin.rotations.reshape(b, 9), kin.positions, *motion], axis=1)
+    world = jnp.concatenate([jnp.eye(3, dtype=dtype).reshape(1, 9), jnp.zeros((1, 15), dtype)], axis=1)
+    every = jnp.concatenate([frames, world])[index]
+    rotations, positions = every[:, :9].reshape(-1, 3, 3), every[:, 9:12]
+    V, A = every[:, 12:18], every[:, 18:]
     moves = np.concatenate([topology(tree).moves, np.zeros((1, n))])[index]
     x = positions + mv(rotations, points)
     velocity = V[:, 3:] + jnp.cross(V[:, :3], x)
