@@ -741,6 +741,14 @@ auto f64_buffers(Binding&& binding) {
   else
     return f64_buffers<N - 1>(std::move(binding).template Arg<ffi::Buffer<ffi::F64>>());
 }
+// ... and N float64 results
+template <int N, class Binding>
+auto f64_results(Binding&& binding) {
+  if constexpr (N == 1)
+    return std::move(binding).template Ret<ffi::Buffer<ffi::F64>>();
+  else
+    return f64_results<N - 1>(std::move(binding).template Ret<ffi::Buffer<ffi::F64>>());
+}
 #define UKJAX_TREE_BINDING(binding)                        \
   f64_buffers<22>(binding.Arg<ffi::Buffer<ffi::S64>>())    \
       .Attr<double>("alpha")                               \
@@ -749,8 +757,7 @@ auto f64_buffers(Binding&& binding) {
       .Attr<double>("zero_row")                            \
       .Attr<int64_t>("p")                                  \
       .Attr<int64_t>("space")
-#define UKJAX_TREE_SOLVED_BINDING(binding) \
-  UKJAX_TREE_BINDING(binding).Ret<ffi::Buffer<ffi::F64>>().Ret<ffi::Buffer<ffi::F64>>().Ret<ffi::Buffer<ffi::F64>>()
+#define UKJAX_TREE_SOLVED_BINDING(binding) f64_results<3>(UKJAX_TREE_BINDING(binding))
 
 // The members in the GPU's layout take a work space of at most `space` bytes: the batch runs in
 // slices of `slice` members (all of them where they fit), value k of member m at
@@ -852,14 +859,6 @@ static ffi::Error UkTreeDynamicsImpl(UKJAX_TREE_INPUTS, ffi::ResultBuffer<ffi::F
   return members(a, qpos.dimensions()[0], space, [&](const auto& work, int64_t m) { dynamics(a, work, m); });
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeDynamics, UkTreeDynamicsImpl,
-                              UKJAX_TREE_BINDING(ffi::Ffi::Bind())
-                                  .Ret<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::F64>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeDynamics, UkTreeDynamicsImpl, f64_results<7>(UKJAX_TREE_BINDING(ffi::Ffi::Bind())));
 
 #endif
