@@ -158,6 +158,21 @@ def test_with_e_zero_the_ball_rests_at_once(closed_forms):
     np.testing.assert_allclose(np.asarray(sol.contacts.normal[1, after, 0]), 2.0 * G, rtol=1e-12)
 
 
+def test_step_ends_read_the_event_value_off_the_last_stage_or_evaluate_it():
+    """The bouncing ball with a solver whose state keeps the vector field at the step's end
+    (Dopri5: the event's value is read off it) and with one that does not (Heun: the value is
+    evaluated there): the same impacts, at their closed-form times."""
+    import diffrax
+
+    system = _on_floor(2.0, DOWN, E, 0.3)
+    q0, qd0 = np.array([0.0, H]), np.zeros(2)
+    for solver in (diffrax.Dopri5(), diffrax.Heun()):
+        sol = ukjax.simulate(system, q0, qd0, 0.0, 1.0, ts=np.array([0.0, 1.0]), solver=solver)
+        assert sol.status == ukjax.Status.SUCCESS, type(solver).__name__
+        times = np.asarray(sol.contacts.event_times)[: len(IMPACTS[IMPACTS < 1.0])]
+        np.testing.assert_allclose(times, IMPACTS[IMPACTS < 1.0], rtol=1e-10, err_msg=type(solver).__name__)
+
+
 def test_a_run_out_of_events_says_so():
     """A ball allowed two events stops where a third would be (its third impact), with its
     status and the saves it reached; `throw` raises with what to do."""

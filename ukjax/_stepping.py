@@ -487,6 +487,10 @@ def integrate(
     snext, controller_state = controller.init(terms, s0, one, y0, dt0, args, solver.func, error_order)
     snext = jnp.minimum(snext, one)
     solver_state = solver.init(terms, s0, snext, y0, args)
+    # a first-same-as-last Runge–Kutta method's state after a step: (False, the vector field
+    # at the step's end); other solvers' states hold other things (ReversibleHeun's: the vector
+    # field at a point that is not the step's end)
+    last_stage = isinstance(solver, diffrax.AbstractRungeKutta) and solver_state is not None
     dense = eqx.filter_eval_shape(solver.step, terms, s0, snext, y0, args, solver_state, False)[2]
     zero = jnp.zeros((), jnp.int32)
     value = jnp.asarray(value, s0.dtype)
@@ -519,9 +523,7 @@ def integrate(
         )
         sprev = jnp.minimum(sprev, one)
         snext = jnp.where(snext > floor, jnp.where(keep, one, sprev + 0.5 * (one - sprev)), snext)
-        # diffrax's solver state after a step of a first-same-as-last solver: (False, the
-        # vector field at the step's end)
-        value = function(x.snext, y1) if read is None or solver_state is None else read(solver_state[1])
+        value = function(x.snext, y1) if read is None or not last_stage else read(solver_state[1])
         crossed = keep & (x.value > 0) & (value <= 0)
         advance = keep & ~crossed
         interpolation = solver.interpolation_cls(t0=x.s, t1=x.snext, **dense)
