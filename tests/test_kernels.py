@@ -184,8 +184,8 @@ def test_kernel_dynamics_match_the_xla_route(loops):
     """`M` and `Q` alone (what a system with contacts takes from the kernel), with the
     kinematics and motion the rows are built from (the same call): the tree with the tendon
     across branches, one state and a batch (its lanes padded), a batch whose members have
-    masses of their own (the XLA route), and derivatives in both modes against central
-    differences."""
+    masses of their own (the XLA route), and derivatives in both modes, in the masses and
+    along q, against central differences."""
     if jax.default_backend() != "cpu":
         pytest.skip("M and Q alone are built for a CPU")
     tree = _driven(TENDON)[0].system.system
@@ -220,16 +220,20 @@ def test_kernel_dynamics_match_the_xla_route(loops):
         assert _relative(values[1], values[4][0]) < tolerance
         assert _relative(values[2], values[3]) < 1e-13
 
-    def summed(m):
-        M, Q = eqx.tree_at(lambda t: t.masses, tree, m).dynamics(0.0, q[0], qd[0])[:2]
-        return jnp.sum(M * M) + jnp.sum(Q * jnp.linspace(-1.0, 1.0, Q.shape[0]))
+    def summed(p):  # the masses, and a step s along q: q₀ + s (1, …, 1)
+        edited = eqx.tree_at(lambda t: t.masses, tree, p[:-1])
+        at_q = q[0] + p[-1]
+        M, Q = edited.dynamics(0.0, at_q, qd[0])[:2]
+        kin, (V, A) = edited._motion(at_q, qd[0])
+        return jnp.sum(M * M) + jnp.sum(Q * jnp.linspace(-1.0, 1.0, Q.shape[0])) + jnp.sum(kin.twists * V[0, 0]) + jnp.sum(A**2)
 
-    direction = jnp.linspace(0.5, 1.5, tree.masses.shape[0])
+    start = jnp.append(tree.masses, 0.0)
+    direction = jnp.linspace(0.5, 1.5, start.shape[0])
     h = 1e-6
     at = jax.jit(summed)  # one program for both points (op by op, each operation compiles apart)
-    finite = (at(tree.masses + h * direction) - at(tree.masses - h * direction)) / (2 * h)
-    _, tangent = jax.jit(lambda m, v: jax.jvp(summed, (m,), (v,)))(tree.masses, direction)
-    gradient = jax.jit(jax.grad(summed))(tree.masses)
+    finite = (at(start + h * direction) - at(start - h * direction)) / (2 * h)
+    _, tangent = jax.jit(lambda m, v: jax.jvp(summed, (m,), (v,)))(start, direction)
+    gradient = jax.jit(jax.grad(summed))(start)
     assert abs(float(tangent) - float(finite)) < 1e-6 * abs(float(finite))
     assert abs(float(gradient @ direction) - float(finite)) < 1e-6 * abs(float(finite))
 

@@ -6,8 +6,10 @@ acceleration 59–67 µs per member under `vmap`, the machine's arithmetic allow
 `kernels.cc` computes the whole solve of a tree for `B` states in one XLA FFI call, the batch
 as the minor axis of every value: 4–7 µs per member on Cassie. What it does not model is
 evaluated in XLA and handed to it (`covered`). A tree's `M` and `Q` alone come from it too
-(`mass_and_forces`, `RigidBodyTree.dynamics`): a system with contacts solves its rows with
-the contact solve's kernel, and took 34 µs per state on Cassie's `M` and `Q` in XLA.
+(`mass_and_forces`, `RigidBodyTree.dynamics`), with the kinematics and the bodies' motion
+they were computed from (`motion`), which the rows of loops and contacts read: a system with
+contacts solves its rows with the contact solve's kernel, and took 34 µs per state on
+Cassie's `M` and `Q` in XLA.
 
 The same source is built for an NVIDIA GPU with CUDA's compiler, one thread per member (on an
 H200, 2026-11-27: see `benchmarks/gpu.py`). It is built by `_native` (once per machine and
@@ -338,7 +340,7 @@ def solve(system, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> UKSolutio
     return UKSolution(acceleration, force, inconsistency, fault == 0, jnp.array(True))
 
 
-def _xla_dynamics(tree, q, qd, batches=True):
+def _xla_dynamics(tree, q, qd):
     kin = tree.kinematics(q)
     return (*tree._mass_and_forces(q, qd, kin), kin.rotations, kin.positions, kin.twists, *algorithms.motion(tree, kin, qd))
 
@@ -355,7 +357,7 @@ def _dynamics(tree, q, qd, batches=True):
 @_dynamics.def_jvp
 def _dynamics_jvp(primals, tangents):
     # the tangent from the XLA route (the kernel has no derivative), in every parameter
-    _, tangent = eqx.filter_jvp(_xla_dynamics, primals, tangents)
+    _, tangent = eqx.filter_jvp(_xla_dynamics, primals[:3], tangents[:3])
     return _dynamics(*primals), tangent
 
 
@@ -381,7 +383,7 @@ def motion(tree: RigidBodyTree, q: Float[Array, " n"], qd: Float[Array, " n"]) -
     from the same call (XLA merges the identical calls of one program: the dynamics and every
     family of rows share one evaluation), else in XLA. Under `vmap` in XLA: a batch of rows
     alone (the gaps at 25 001 saves of a bouncing ball) costs less there than the kernel's
-    whole dynamics of each state (0.23 s against 0.37 s for its 16 members)."""
+    whole dynamics of each state (0.20 s against 0.37 s for its 16 members)."""
     if not _on_kernel(tree, q, qd):
         kin = tree.kinematics(q)
         return kin, algorithms.motion(tree, kin, qd)
