@@ -217,7 +217,8 @@ def simulate_events(
     The stretches are stepped by `integrate`: a step's end reads the event's value off the
     vector field's last stage (`_rates` returns it), the root finder evaluates it on the
     step's dense output, each save is interpolated once, by the stretch that reaches it, and
-    no host callback enters the program."""
+    no host callback enters the program. A stretch after an event starts with half the step
+    that met it."""
     controller = diffrax.PIDController(rtol=rtol, atol=atol, norm=events_norm) if adaptive else diffrax.ConstantStepSize()
     span = t1 - t0
     scale = jnp.where(span == 0, 1.0, span)
@@ -265,6 +266,8 @@ def simulate_events(
         result=diffrax.RESULTS.successful,
         unlocated=jnp.array(False),
         steps=jnp.zeros((), jnp.int32),
+        # each stretch's first step (NaN: the controller's choice)
+        step=jnp.full((), jnp.nan, dtype) if dt0 is None else jnp.asarray(dt0, dtype),
         meter=progress_meter.init(),
     )
 
@@ -299,7 +302,7 @@ def simulate_events(
             # event's value (`_rates`): only the forces' rate is saved
             (q, qd, jnp.concatenate([state["health"], jnp.zeros(3 * c + 1, dtype)])),
             args,
-            dt0,
+            state["step"] if adaptive else dt0,
             saves=saves,
             records=state["records"],
             index=index,
@@ -332,6 +335,12 @@ def simulate_events(
             result=run.result,
             unlocated=run.unlocated,
             steps=state["steps"] + run.stats["num_steps"],
+            # The next stretch starts with half the step that met the event: the motion's
+            # own scale, with room for an impact's change. (The controller's estimate from
+            # the derivatives there took a ball's bounces up from tiny steps: 514 steps for
+            # 16 members against 383; the whole step, 303, but a rocking block's ninth
+            # impulse 2e-6 off Housner's ratio, against 3e-7 with the half.)
+            step=jnp.where(run.crossed, 0.5 * jax.lax.stop_gradient(run.bracket[1] - run.bracket[0]), state["step"]),
             meter=run.meter,
         )
 

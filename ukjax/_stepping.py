@@ -453,7 +453,9 @@ def integrate(
 
     **Arguments:**
 
-    - `solver`, `controller`: diffrax's; `dt0` the first step (None: the controller's choice).
+    - `solver`, `controller`: diffrax's (wrapped or not by `StopAtFault` and `Bounded`);
+      `dt0` the first step (None, or under an adaptive controller NaN: the controller's
+      choice).
     - `s0`, `y0`, `args`: the start and the vector field's arguments.
     - `saves`: the save times, sorted; the saves from `index` on are due.
     - `records`, `record`: leaves with `save_rows(k)` rows for the `k` saves, the saves in the
@@ -484,7 +486,18 @@ def integrate(
     for _ in range(100):
         floor = np.nextafter(floor, np.zeros((), s0.dtype))
     function, value, read = (lambda s, y: jnp.full((), jnp.inf, s.dtype), jnp.inf, None) if event is None else event
-    snext, controller_state = controller.init(terms, s0, one, y0, dt0, args, solver.func, error_order)
+    init = lambda dt0: controller.init(terms, s0, one, y0, dt0, args, solver.func, error_order)  # noqa: E731
+    inner = controller
+    while isinstance(inner, (StopAtFault, Bounded)):
+        inner = inner.controller
+    if dt0 is None or isinstance(inner, diffrax.ConstantStepSize):
+        snext, controller_state = init(dt0)
+    else:
+        # a NaN first step is the controller's choice (its estimate costs two evaluations)
+        dt0 = jnp.asarray(dt0, s0.dtype)
+        snext, controller_state = jax.lax.cond(
+            jnp.isnan(dt0), lambda: init(None), lambda: init(jnp.where(jnp.isnan(dt0), 0, dt0))
+        )
     snext = jnp.minimum(snext, one)
     solver_state = solver.init(terms, s0, snext, y0, args)
     # a first-same-as-last Runge–Kutta method's state after a step: (False, the vector field

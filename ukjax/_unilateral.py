@@ -548,11 +548,16 @@ def select_modes(
 
 def sliding_now(modes: Modes, contacts: ContactRows, rest: Float[ArrayLike, ""]) -> Modes:
     """The modes with each sliding contact's direction that of its slip now, where it slips
-    faster than `rest`; slower, the one it started in (the direction of the force that broke
-    its cone): near zero slip `v/|v|` is stiff and, integrated to a tolerance, mostly noise
-    (measured in `_events._SLIDE_SPEED`)."""
+    faster than `rest` and forwards; otherwise the one it started in (the direction of the
+    force that broke its cone, or of its slip then): near zero slip `v/|v|` is stiff and,
+    integrated to a tolerance, mostly noise (measured in `_events._SLIDE_SPEED`). A slip
+    that has turned back (`v · d ≤ 0`) has ended the slide (`_events.mode_values`): the
+    stages of a step past that end see the force that ended it, not its reverse, so that
+    the step's error is the smooth motion's and the end is found on its dense output (with
+    `v/|v|` there, the contacts scene's steps were a third rejected)."""
     v = contacts.tangent.phid.reshape(-1, 2)
-    moving = (modes.mode == SLIDING) & (norm(v) > rest)
+    forwards = jnp.einsum("kd,kd->k", v, modes.direction) > 0
+    moving = (modes.mode == SLIDING) & (norm(v) > rest) & forwards
     return modes._replace(direction=jnp.where(moving[:, None], unit(v), modes.direction))
 
 
