@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _linalg as la
 from ._jit import jit
-from ._solution import FATAL, HEALTH, Solution, Status, final_status
+from ._solution import FATAL, HEALTH, Solution, Status, at_saves, final_status
 from ._stepping import Bounded, StopAtFault, events_norm, integrate, loop_kind, save_rows, solve_in_modes
 from ._systems import levels_violation, solve_levels
 from ._unilateral import (
@@ -375,7 +375,7 @@ def simulate_events(
         levels = system.constraint_levels(t, q, qd)
         return levels[-1].contacts.normal.phi, levels_violation(levels)
 
-    gap, violation = jax.vmap(saved)(ts, q, qd)
+    gap, violation = at_saves(saved, ts, q, qd)
     penetration = jnp.maximum(final["penetration"], jnp.max(jnp.where(jnp.isfinite(gap), -gap, 0), initial=0))
     # exact contacts penetrate by round-off and the events' location: more is a contact passed
     status = jnp.where((status == Status.SUCCESS) & (penetration > rest_speed), Status.CONTACT_MISSED, status)

@@ -13,7 +13,7 @@ from ._arrays import as_inexact
 from ._events import simulate_events, warn_if_started_inside
 from ._jit import jit
 from ._projection import drift_step
-from ._solution import HEALTH, MESSAGES, Solution, Status, final_status
+from ._solution import HEALTH, MESSAGES, Solution, Status, at_saves, final_status
 from ._stepping import RK4, Projecting, StopAtFault, integrate, loop_kind, save_rows
 from ._systems import AbstractSystem, check_state
 from ._unilateral import check_coefficients, unilaterals
@@ -272,6 +272,6 @@ def _simulate(
     q, qd = jnp.where(void, jnp.inf, q), jnp.where(void, jnp.inf, qd)
     start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
     status = final_status(run.result, start_finite, health, q, qd)
-    violation = jax.vmap(system.violation)(ts, q, qd)
+    violation = at_saves(system.violation, ts, q, qd)
     phi, phid = (None, None) if violation is None else violation
     return Solution(ts, q, qd, phi, phid, status, run.stats)
