@@ -29,7 +29,7 @@ from ._residuals import (
     trajectory_residuals as trajectory_residuals,
 )
 from ._simulate import simulate as simulate
-from ._solution import Solution as Solution, Status as Status
+from ._solution import ContactRecord as ContactRecord, Solution as Solution, Status as Status
 from ._stepping import RK4 as RK4, stiff_solver as stiff_solver
 from ._statistics import LeastSquaresResult as LeastSquaresResult
 from ._systems import (
@@ -44,7 +44,6 @@ from ._systems import (
 )
 from ._unilateral import (
     AbstractUnilateral as AbstractUnilateral,
-    ContactRecord as ContactRecord,
     ContactRows as ContactRows,
     Unilateral as Unilateral,
 )

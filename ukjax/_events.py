@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _linalg as la
 from ._jit import jit
-from ._solution import FATAL, HEALTH, Solution, Status, at_saves, final_status
+from ._solution import FATAL, HEALTH, ContactRecord, Solution, Status, at_saves, final_status
 from ._stepping import Bounded, StopAtFault, events_norm, integrate, loop_kind, save_rows, solve_in_modes
 from ._systems import levels_violation, solve_levels
 from ._unilateral import (
@@ -24,7 +24,6 @@ from ._unilateral import (
     SLIDING,
     STICKING,
     TOUCH,
-    ContactRecord,
     Modes,
     inverse_masses,
     norm,

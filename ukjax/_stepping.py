@@ -482,9 +482,7 @@ def integrate(
     error_order = solver.error_order(terms)
     one = jnp.ones_like(s0)
     # a step ending within 100 ulps of the end ends there (diffrax's rule)
-    floor = np.ones((), s0.dtype)
-    for _ in range(100):
-        floor = np.nextafter(floor, np.zeros((), s0.dtype))
+    floor = np.asarray(1 - 100 * np.finfo(s0.dtype).epsneg, s0.dtype)
     function, value, read = (lambda s, y: jnp.full((), jnp.inf, s.dtype), jnp.inf, None) if event is None else event
     init = lambda dt0: controller.init(terms, s0, one, y0, dt0, args, solver.func, error_order)  # noqa: E731
     inner = controller
