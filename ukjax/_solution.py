@@ -161,9 +161,9 @@ def final_status(result, start_finite, health, q, qd) -> Int[Array, ""]:
 
 
 # A long grid of saves is evaluated in blocks whose intermediates stay in cache: the bouncing
-# ball's 25 001 saves (16 members, a free body's gap and quaternion norm) took 0.094 s mapped
-# whole and 0.048 s in blocks of 64.
-_SAVES_PER_BLOCK = 64
+# ball's 25 001 saves (16 members, a free body's gap and quaternion norm) took 0.084 s mapped
+# whole, 0.051 s in blocks of 128, 0.040 s of 64, 0.035 s of 32 and of 16.
+_SAVES_PER_BLOCK = 32
 
 
 def at_saves(f, *xs):
