@@ -34,6 +34,7 @@ import mujoco  # noqa: E402
 from mujoco import rollout  # noqa: E402
 
 import ukjax  # noqa: E402
+from ukjax._bench import compiled_and_timed  # noqa: E402
 
 CASSIE = Path(__file__).resolve().parent.parent.parent / "shared" / "robots" / "cassie.xml"
 RADIUS, TOE, HEEL, MU = 0.01, 0.09, -0.05, 1.0
@@ -131,20 +132,9 @@ def run_ukjax(xml, t1, gif):
 
     system = ukjax.ConstrainedSystem(model.controlled(control), model.constraints + model.unilateral)
     # saves from linspace, whose end is the horizon exactly (a save past t1 is never reached)
-    run = lambda horizon: ukjax.simulate(  # noqa: E731
-        system, model.q0, model.qd0, 0.0, horizon, ts=jnp.linspace(0.0, horizon, 101), throw=False
+    sol, wall, compile_time = compiled_and_timed(
+        lambda: ukjax.simulate(system, model.q0, model.qd0, 0.0, t1, ts=jnp.linspace(0.0, t1, 101), throw=False)
     )
-    # compiled once: the first, 1 ms long, run is nearly all compile time
-    start = time.perf_counter()
-    jax.block_until_ready(run(1e-3).q)
-    compile_time = time.perf_counter() - start
-    # best of three, as MuJoCo's C step is timed
-    walls = []
-    for _ in range(3):
-        start = time.perf_counter()
-        sol = jax.block_until_ready(run(t1))
-        walls.append(time.perf_counter() - start)
-    wall = min(walls)
     # the saves the run reached (a run that stops early leaves the rest non-finite)
     reached = np.all(np.isfinite(np.asarray(sol.q)), axis=1)
     q = np.asarray(sol.q)[reached]
