@@ -4,8 +4,9 @@ back from the cache).
 
 Each command runs twice in its own process with a new cache directory (`UKJAX_CACHE_DIR`);
 `simulate`'s first step is when it prints "simulating" (its program is ready), measured from
-the process's start. The floor: `python -c "import ukjax"` and the imports `simulate` adds
-(MuJoCo's compiler, matplotlib).
+the process's start. The floor: what a kept `simulate` imports before its first step (jax and
+MuJoCo's compiler), beside the engine's import (`ukjax.simulate`: equinox, diffrax), which it
+imports after.
 
     python benchmarks/warm_start.py
 
@@ -53,11 +54,11 @@ def main() -> None:
 
     print(f"{os.cpu_count()} cores; jax {jax.__version__}; python {sys.version.split()[0]}; seconds from the process's start")
     with tempfile.TemporaryDirectory() as workdir:
-        floor = min(timed([sys.executable, "-c", "import ukjax"], "", workdir)[0] for _ in range(3))
-        imports = min(
-            timed([sys.executable, "-c", "import ukjax, mujoco, matplotlib.pyplot"], "", workdir)[0] for _ in range(3)
-        )
-        print(f"import ukjax {floor:.2f} s; with mujoco and matplotlib.pyplot {imports:.2f} s")
+        imports = {
+            what: min(timed([sys.executable, "-c", f"import {what}"], "", workdir)[0] for _ in range(3))
+            for what in ("jax, mujoco", "ukjax; ukjax.simulate")
+        }
+        print("; ".join(f"import {what} {seconds:.2f} s" for what, seconds in imports.items()))
         print(f"{'command':30s} {'first step, cold':>17s} {'warm':>6s} {'whole run, cold':>16s} {'warm':>6s}")
         for name, argv in COMMANDS.items():
             cache = str(Path(workdir) / name.replace(" ", "_").replace(",", ""))

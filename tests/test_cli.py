@@ -4,6 +4,8 @@ closed chain's identification is checked here) and `ukjax simulate` on a free-jo
 Cassie, with its errors and exit statuses."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -125,11 +127,12 @@ def test_simulate_says_what_is_wrong_and_exits_non_zero(tmp_path, capsys, monkey
     assert code == 1 and "INCONSISTENT_CONSTRAINTS" in text, text
 
 
-def test_a_simulation_is_traced_once_and_read_back(tmp_path):
-    """`ukjax simulate`'s program is kept (`jax.export`, the tree kernel's calls in it) under
-    a key of all it closes over: the same key reads it back without tracing, with the same
-    results; another key traces anew."""
-    from ukjax._commands import _kept
+def test_a_simulation_is_compiled_once_and_read_back_without_the_engine(tmp_path):
+    """`ukjax simulate`'s compiled program is kept with its arguments under a key (the tree
+    kernel's calls in it): a fresh process reads it back and runs it with the same results
+    without importing equinox or diffrax (`import ukjax` imports neither); another key finds
+    nothing."""
+    from ukjax._cache import keep_program, read_program
 
     model = ukjax.models.from_mjcf(BOX, keyframe="spinning")
     ts = jnp.linspace(0.0, 0.2, 5)
@@ -138,23 +141,33 @@ def test_a_simulation_is_traced_once_and_read_back(tmp_path):
         sol = ukjax.simulate(model.system, q0, qd0, 0.0, 0.2, ts=ts, throw=False)
         return {"q": sol.q, "status": sol.status}
 
-    def traced(q0, qd0):
-        raise AssertionError("traced again")
-
-    first = _kept(tmp_path, "simulate", ("box",), simulation, model.q0, model.qd0)(model.q0, model.qd0)
+    program, arguments = keep_program(tmp_path, "simulate", ("box",), simulation, (model.q0, model.qd0))
+    first = program(*arguments)
     assert int(first["status"]) == ukjax.Status.SUCCESS
-    assert len(list((tmp_path / "ukjax-programs").glob("simulate-*.jaxexport"))) == 1
-    again = _kept(tmp_path, "simulate", ("box",), traced, model.q0, model.qd0)(model.q0, model.qd0)
-    np.testing.assert_array_equal(again["q"], first["q"])
-    with pytest.raises(AssertionError, match="traced again"):
-        _kept(tmp_path, "simulate", ("box", "another"), traced, model.q0, model.qd0)
+    assert len(list((tmp_path / "ukjax-programs").glob("simulate-*.pickle"))) == 1
+    assert read_program(tmp_path, "simulate", ("box", "another")) is None
+    np.save(tmp_path / "first.npy", np.asarray(first["q"]))
+    script = f"""
+import sys
+import jax
+import numpy as np
+from pathlib import Path
+jax.config.update("jax_enable_x64", True)
+from ukjax._cache import read_program
+program, arguments = read_program(Path({str(tmp_path)!r}), "simulate", ("box",))
+again = program(*arguments)
+np.testing.assert_array_equal(again["q"], np.load({str(tmp_path / "first.npy")!r}))
+assert not {{"equinox", "diffrax", "ukjax._simulate"}} & set(sys.modules), sorted(sys.modules)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
 
 
 def test_a_model_is_read_once_and_kept(tmp_path, monkeypatch):
     """`ukjax simulate`'s model (its start projected onto the file's equalities) is kept under
     the key of MuJoCo's compiled binary: the same file is read back with the same start and
     the first reading's warnings said again; an edit of the file is read anew."""
-    from ukjax import _commands
+    from ukjax import _cache
     from ukjax._robots import mjcf
 
     path = tmp_path / "coupled.xml"
@@ -165,7 +178,7 @@ def test_a_model_is_read_once_and_kept(tmp_path, monkeypatch):
     )
     path.write_text(coupled)
     with pytest.warns(UserWarning, match="it was projected onto them"):
-        first = _commands._kept_model(tmp_path, str(path), "spinning")
+        first = _cache.kept_model(tmp_path, str(path), "spinning")
     assert abs(float(first.q0[-1]) - 0.1) < 1e-12
     assert len(list((tmp_path / "ukjax-models").glob("coupled-*.pickle"))) == 1
 
@@ -174,11 +187,11 @@ def test_a_model_is_read_once_and_kept(tmp_path, monkeypatch):
 
     monkeypatch.setattr(mjcf, "_from_compiled", read)
     with pytest.warns(UserWarning, match="it was projected onto them"):
-        again = _commands._kept_model(tmp_path, str(path), "spinning")
+        again = _cache.kept_model(tmp_path, str(path), "spinning")
     np.testing.assert_array_equal(again.q0, first.q0)
     path.write_text(coupled.replace("0.1 0 0 0 0", "0.2 0 0 0 0"))
     with pytest.raises(AssertionError, match="read anew"):
-        _commands._kept_model(tmp_path, str(path), "spinning")
+        _cache.kept_model(tmp_path, str(path), "spinning")
 
 
 def test_version_and_defaults_in_help(capsys):
@@ -194,7 +207,7 @@ def test_version_and_defaults_in_help(capsys):
 
 def test_compilation_cache_directory_and_its_switch(monkeypatch, tmp_path):
     """`UKJAX_CACHE_DIR` names the cache's directory and, empty, turns it off (as `--no-cache`)."""
-    from ukjax._jit import compilation_cache
+    from ukjax._cache import compilation_cache
 
     monkeypatch.setenv("UKJAX_CACHE_DIR", "")
     assert compilation_cache() is None

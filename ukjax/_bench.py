@@ -43,7 +43,7 @@ import numpy as np
 
 import ukjax
 from ukjax import examples, models
-from ukjax._jit import compilation_cache
+from ukjax._cache import compilation_cache
 
 CORES = os.cpu_count() or 1
 DT = 1e-3

@@ -7,7 +7,7 @@ import math
 import jax
 
 from ._commands import run_coordinated, run_fit, run_scara, run_simulate
-from ._jit import compilation_cache
+from ._cache import cache_directory, compilation_cache
 
 
 def _duration(text: str) -> float:
@@ -98,7 +98,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.set_defaults(run=None)
     args, rest = parser.parse_known_args(argv)
-    args.cache = None if args.no_cache else compilation_cache()
+    args.cache = None if args.no_cache else cache_directory()
+    if args.cache is not None and args.command not in ("simulate", "coordinated"):
+        # the two others keep their compiled programs themselves (`_cache.keep_program`)
+        compilation_cache(args.cache)
     if args.command == "bench":
         from ukjax._bench import main as bench
 

@@ -5,112 +5,18 @@ and kept programs they share."""
 import argparse
 import contextlib
 import dataclasses
-import functools
-import hashlib
-import os
 import time
-import warnings
 from pathlib import Path
 
-import diffrax
-import equinox as eqx
 import jax
 import numpy as np
 
-from ._events import warn_if_started_inside
-from ._jit import COMPILER_OPTIONS, _supported, jit
-from . import _native
-from ._simulate import warn_if_started_off
-
-
-@functools.cache
-def _source() -> str:
-    """A digest of ukjax's own code (its modules and its kernel's source): a program kept
-    by an earlier version is not read back."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.rglob("*")):
-        if path.suffix in (".py", ".cc"):
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def _kept(cache: Path | None, name: str, key: tuple, fun, *args):
-    """`fun` compiled for `args`, traced once per `key` (the values `fun` closes over, which
-    with `args`' shapes make its program): the traced program is kept in `cache` (beside JAX's
-    compiled ones) with `jax.export`, and a later run with the same key reads it back instead
-    of tracing, then its compiled program from JAX's cache. `fun` returns a dict of arrays;
-    without a cache it is compiled as one program each time (run as it is, its operations
-    outside `simulate` compiled one by one)."""
-    if cache is None:
-        return jit(fun)
-    versions = [f"{m.__name__} {m.__version__}" for m in (jax, diffrax, eqx)]
-    digest = hashlib.sha256(repr((key, versions, _source(), [(x.shape, x.dtype) for x in args])).encode())
-    path = cache / "ukjax-programs" / f"{name}-{digest.hexdigest()[:32]}.jaxexport"
-    # the kernel's calls in a program are to targets only a process that registered them knows
-    checks = [jax.export.DisabledSafetyCheck.custom_call(target) for target in _native.targets()]
-    if path.exists():
-        exported = jax.export.deserialize(bytearray(path.read_bytes()))
-    else:
-        exported = jax.export.export(jax.jit(fun), disabled_checks=checks)(*args)
-        _write(path, exported.serialize())
-    # compiled as ukjax's own programs are (`_jit.COMPILER_OPTIONS`: about two thirds of the time)
-    options = COMPILER_OPTIONS if _supported() else None
-    return jax.jit(exported.call).lower(*args).compile(compiler_options=options)
-
-
-def _write(path: Path, data: bytes) -> None:
-    """`data` to `path`, whole or not at all to a run beside this one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_suffix(f".{os.getpid()}")
-    part.write_bytes(data)
-    part.replace(path)
-
-
-def _kept_model(cache: Path | None, file: str, keyframe: str | int | None):
-    """The model of an MJCF or URDF `file` from `keyframe` (`from_mjcf`'s or `from_urdf`'s),
-    kept in `cache` and read back by a later run: MuJoCo compiles the file (milliseconds) and
-    its compiled binary is the key, so that an edit of the file or of any file it includes is
-    read anew, not the start projected onto the loops and the model built in an earlier
-    process. The first reading's warnings are said again on every run."""
-    import pickle
-
-    import mujoco
-
-    from ._robots.mjcf import _compile, _from_compiled
-
-    kind = "URDF" if file.lower().endswith(".urdf") else "MJCF"
-    compiled = _compile(file, kind)
-    if cache is None:
-        return _from_compiled(compiled, kind, keyframe)
-    binary = np.empty(mujoco.mj_sizeModel(compiled), np.uint8)
-    mujoco.mj_saveModel(compiled, None, binary)
-    versions = [f"{m.__name__} {m.__version__}" for m in (jax, diffrax, eqx, mujoco)]
-    digest = hashlib.sha256(repr((kind, keyframe, versions, _source())).encode() + binary.tobytes())
-    path = cache / "ukjax-models" / f"{Path(file).stem}-{digest.hexdigest()[:32]}.pickle"
-    if path.exists():
-        model, said = pickle.loads(path.read_bytes())
-    else:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            model = _from_compiled(compiled, kind, keyframe)
-        said = [(w.category, str(w.message)) for w in caught]
-        _write(path, pickle.dumps((model, said)))
-    for category, message in said:
-        warnings.warn(message, category, stacklevel=2)
-    return model
+from ._cache import keep_program, kept_model, read_file, read_program
 
 
 def _fields(module) -> dict:
     """A module's fields by name (a pytree `jax.export` writes)."""
     return {field.name: getattr(module, field.name) for field in dataclasses.fields(module)}
-
-
-def _structure(system) -> tuple:
-    """What of `system` its program depends on: its arrays' values and its structure."""
-    leaves, treedef = jax.tree.flatten(system)
-    arrays = [np.asarray(x) for x in leaves if eqx.is_array(x)]
-    values = hashlib.sha256(b"".join(x.tobytes() + str((x.shape, x.dtype)).encode() for x in arrays)).hexdigest()
-    return str(treedef), values
 
 
 @contextlib.contextmanager
@@ -188,6 +94,7 @@ def run_scara(args: argparse.Namespace) -> None:
     import matplotlib.pyplot as plt
 
     import ukjax
+    from ukjax._jit import jit
     from ukjax.models import scara, scara_reference
 
     model = scara()
@@ -323,10 +230,12 @@ def run_coordinated(args: argparse.Namespace) -> None:
             return _fields(sol) | {"u": u, "closure": closure}
 
         start = time.perf_counter()
-        key = ("coordinated", _structure(ctrl), args.t1, args.saves, args.tol)
-        program = _kept(args.cache, "coordinated", key, run, model.q0, model.qd0)
+        # the controller is made by ukjax's code from its name and the options (the seed gain)
+        key = ("coordinated", name, args.t1, args.saves, args.tol)
+        found = read_program(args.cache, "coordinated", key)
+        program, arguments = found or keep_program(args.cache, "coordinated", key, run, (model.q0, model.qd0))
         # as NumPy: the summary and the plot would compile operation by operation
-        fields = jax.tree.map(np.asarray, program(model.q0, model.qd0))
+        fields = jax.tree.map(np.asarray, program(*arguments))
         elapsed = time.perf_counter() - start
         u, closure = fields.pop("u"), fields.pop("closure")
         sol = runs[name] = ukjax.Solution(**fields)
@@ -463,37 +372,56 @@ def _units(tree) -> dict[str, list[int]]:
 
 
 def run_simulate(args: argparse.Namespace) -> None:
-    import ukjax
-
     keyframe = int(args.keyframe) if args.keyframe and args.keyframe.isdigit() else args.keyframe
-    with _stage(
-        f"reading {args.file} (MuJoCo's compiler; a start off the loops is projected onto them; kept: "
-        "the same file again is read back)"
-    ):
-        model = _kept_model(args.cache, args.file, keyframe)
     name = Path(args.file).stem
     out = Path(args.out) if args.out else Path(f"{name}.png")
+    ts = np.linspace(0.0, args.t1, args.saves)
+    # the file's compiled binary, the keyframe and the options make the program and its start
+    key = ("simulate", read_file(args.file)[2], keyframe, args.alpha, args.beta, args.no_contacts, args.t1, args.saves, args.tol)
+    found = read_program(args.cache, "simulate", key)
+
+    def read_model():
+        import ukjax
+
+        with _stage(
+            f"reading {args.file} (MuJoCo's compiler; a start off the loops is projected onto them; kept: "
+            "the same file again is read back)"
+        ):
+            model = kept_model(args.cache, args.file, keyframe)
+        stabilization = ukjax.Baumgarte(args.alpha, args.beta) if args.alpha or args.beta else None
+        return model, model.full_system(stabilization, unilateral=not args.no_contacts)
+
+    model = None
+    if found is None:
+        import ukjax
+
+        model, system = read_model()
+
+        def simulation(q0, qd0):
+            sol = ukjax.simulate(system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False)
+            return _fields(sol) | {"contacts": None if sol.contacts is None else _fields(sol.contacts)}
+
+        with _stage("compiling the simulation (kept: the same command again starts at once)"):
+            found = keep_program(args.cache, "simulate", key, simulation, (model.q0, model.qd0))
+    program, (q0, qd0) = found
+    with _stage(f"simulating {args.t1:g} s"):
+        fields = jax.block_until_ready(program(q0, qd0))
+    # the engine and the model after the run: a kept program starts without them
+    import ukjax
+
+    from ._events import warn_if_started_inside
+    from ._simulate import warn_if_started_off
+
+    if model is None:
+        model, system = read_model()
     tree = model.system
-    stabilization = ukjax.Baumgarte(args.alpha, args.beta) if args.alpha or args.beta else None
     unilateral = () if args.no_contacts else model.unilateral
     constraints = model.constraints + unilateral
-    system = model.full_system(stabilization, unilateral=not args.no_contacts)
     # the tree's quaternion norm rows come first in `sol.phi`, the file's equalities after them
     norms = sum(kind in ("ball", "free") for kind in tree.joint_kinds)
-    ts = np.linspace(0.0, args.t1, args.saves)
-
-    def simulation(q0, qd0):
-        sol = ukjax.simulate(system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False)
-        return _fields(sol) | {"contacts": None if sol.contacts is None else _fields(sol.contacts)}
-
-    key = ("simulate", _structure(system), args.t1, args.saves, args.tol)
-    with _stage("compiling the simulation, or reading it back (kept: the same command again starts at once)"):
-        program = _kept(args.cache, "simulate", key, simulation, model.q0, model.qd0)
-    with _stage(f"simulating {args.t1:g} s"):
-        fields = jax.block_until_ready(program(model.q0, model.qd0))
     contacts = fields.pop("contacts")
     sol = ukjax.Solution(**fields, contacts=None if contacts is None else ukjax.ContactRecord(**contacts))
-    warn_if_started_off(sol, model.q0, model.qd0, args.tol, args.tol)
+    warn_if_started_off(sol, q0, qd0, args.tol, args.tol)
     warn_if_started_inside(sol, args.tol)
     # as NumPy: the summary and the plot would compile operation by operation
     sol = jax.tree.map(np.asarray, sol)

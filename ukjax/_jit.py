@@ -1,8 +1,6 @@
-"""How ukjax compiles its programs, and where they are kept between processes."""
+"""How ukjax compiles its programs."""
 
 import functools
-import os
-from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -46,28 +44,3 @@ def jit(fun):
         return (tuned if _top_level() and _supported() else plain)(*args, **kwargs)
 
     return call
-
-
-def compilation_cache(directory: str | os.PathLike | None = None) -> Path | None:
-    """Turn on JAX's persistent compilation cache, so that a program compiled once is read
-    back by the next process that needs it (the command line and the benchmarks do this).
-
-    **Arguments:**
-
-    - `directory`: where the compiled programs go (default: `$UKJAX_CACHE_DIR`, else
-      `$XDG_CACHE_HOME/ukjax/jax`, else `~/.cache/ukjax/jax`); an empty `UKJAX_CACHE_DIR`
-      leaves the cache off.
-
-    **Returns:**
-
-    The directory, or None where the cache stays off.
-    """
-    if directory is None:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        directory = os.environ.get("UKJAX_CACHE_DIR", str(base / "ukjax" / "jax"))
-    if not str(directory):
-        return None
-    jax.config.update("jax_compilation_cache_dir", str(directory))
-    # the many small programs (a projection, a shape query) are worth keeping too
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-    return Path(directory)

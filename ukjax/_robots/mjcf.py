@@ -11,28 +11,12 @@ from .._systems import ConstrainedSystem
 from .actuators import Actuators
 from .collisions import _unilateral
 from .equalities import Connect, JointCoupling, TendonCoupling, Weld
-from .mjmodel import _KINDS, _disabled, _name, _rotation
+from .mjmodel import _KINDS, _disabled, _name, _rotation, compile_model
 from .model import Model
 from .tree import RigidBodyTree
 
 _DEFAULT_SOLREF = np.array([0.02, 1.0])
 _DEFAULT_SOLIMP = np.array([0.9, 0.95, 0.001, 0.5, 2.0])
-
-
-def _compile(source: str | os.PathLike, kind: str):
-    import mujoco
-
-    text = str(source)
-    if kind == "MJCF" and text.lstrip().startswith("<"):
-        where, load = "the MJCF string", lambda: mujoco.MjModel.from_xml_string(text)
-    else:
-        if not os.path.isfile(text):
-            raise FileNotFoundError(f"No {kind} file at {text!r}.")
-        where, load = repr(text), lambda: mujoco.MjModel.from_xml_path(text)
-    try:
-        return load()
-    except ValueError as error:
-        raise ValueError(f"MuJoCo could not compile {where} ({kind}): {error}") from None
 
 
 def _coordinate_stiffness(mjm) -> np.ndarray:
@@ -418,7 +402,7 @@ def from_mjcf(source: str | os.PathLike, *, keyframe: str | int | None = None) -
     `unilateral` and `ctrl` (the keyframe's controls); `model.full_system()` is the whole
     system the file describes, limits, contacts and the keyframe's controls included.
     """
-    return _from_compiled(_compile(source, "MJCF"), "MJCF", keyframe)
+    return _from_compiled(compile_model(source, "MJCF"), "MJCF", keyframe)
 
 
 def from_urdf(path: str | os.PathLike, *, keyframe: str | int | None = None) -> Model:
@@ -434,4 +418,4 @@ def from_urdf(path: str | os.PathLike, *, keyframe: str | int | None = None) -> 
 
     A [`ukjax.models.Model`][].
     """
-    return _from_compiled(_compile(path, "URDF"), "URDF", keyframe)
+    return _from_compiled(compile_model(path, "URDF"), "URDF", keyframe)

@@ -1,10 +1,30 @@
-"""Reading MuJoCo's compiled model (`mujoco.MjModel`): names, rotations, option flags and joint
-kinds, shared by the importer and its contacts."""
+"""MuJoCo's compiled model (`mujoco.MjModel`): compiling a file, and reading names, rotations,
+option flags and joint kinds, shared by the importer and its contacts."""
+
+import os
 
 import numpy as np
 
 # mjtJoint: free, ball, slide, hinge
 _KINDS = {0: "free", 1: "ball", 2: "slide", 3: "hinge"}
+
+
+def compile_model(source: str | os.PathLike, kind: str):
+    """MuJoCo's compiled model of an MJCF or URDF file, or of an MJCF string; a clear error
+    where there is no such file or MuJoCo refuses it."""
+    import mujoco
+
+    text = str(source)
+    if kind == "MJCF" and text.lstrip().startswith("<"):
+        where, load = "the MJCF string", lambda: mujoco.MjModel.from_xml_string(text)
+    else:
+        if not os.path.isfile(text):
+            raise FileNotFoundError(f"No {kind} file at {text!r}.")
+        where, load = repr(text), lambda: mujoco.MjModel.from_xml_path(text)
+    try:
+        return load()
+    except ValueError as error:
+        raise ValueError(f"MuJoCo could not compile {where} ({kind}): {error}") from None
 
 
 def _name(mjm, objtype, index: int, fallback: str) -> str:
