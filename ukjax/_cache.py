@@ -164,11 +164,22 @@ def keep_program(cache: Path | None, name: str, key: tuple, fun: Callable, args:
         return jit(fun), args
     from jax.experimental.serialize_executable import serialize
 
-    # JAX's persistent cache must be off in this process (the command line leaves it off for
-    # the commands that keep their programs here): an executable it reads back serializes
-    # without its compiled functions (jaxlib 0.10, CPU), and a run of it fails
     options = COMPILER_OPTIONS if _supported() else None
     args = tuple(np.asarray(x) for x in args)
-    program = jax.jit(fun).lower(*args).compile(compiler_options=options)
-    _write(_path(cache, "ukjax-programs", name, key), pickle.dumps((*serialize(program), args)))
+    hits = []
+
+    def listen(event: str, **_) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            hits.append(event)
+
+    jax.monitoring.register_event_listener(listen)
+    try:
+        program = jax.jit(fun).lower(*args).compile(compiler_options=options)
+    finally:
+        jax.monitoring.unregister_event_listener(listen)
+    # An executable that JAX's persistent cache read back serializes without its compiled
+    # functions (jaxlib 0.10, CPU), and a run of it fails: only one compiled here is kept (the
+    # command line leaves JAX's cache off for the commands that keep their programs here).
+    if not hits:
+        _write(_path(cache, "ukjax-programs", name, key), pickle.dumps((*serialize(program), args)))
     return program, args
