@@ -5,6 +5,7 @@ and kept programs they share."""
 import argparse
 import contextlib
 import dataclasses
+import functools
 import time
 from pathlib import Path
 
@@ -194,59 +195,75 @@ def run_scara(args: argparse.Namespace) -> None:
 
 
 def run_coordinated(args: argparse.Namespace) -> None:
-    import equinox as eqx
+    ts = np.linspace(0.0, args.t1, args.saves)
+    a = args.seed_gain
+    names = ("exact (constrained input map)", f"the paper's formula (M⁻¹ map, Baumgarte α=β={a:g})")
+
+    @functools.cache
+    def built():
+        """The robots, the passive system and the controllers by name: the engine, imported
+        where a kept program is not found or after the runs."""
+        import ukjax
+        from ukjax.models import coordinated_robots
+
+        model = coordinated_robots()
+        passive = ukjax.ConstrainedSystem(model.system, model.constraints)
+        exact = ukjax.ServoControl(passive, model.servo, model.actuation)
+        stabilized = ukjax.Baumgarte(2 * a, a * a)
+        seed = ukjax.ServoControl(passive, model.servo, model.actuation, exact=False, stabilization=stabilized)
+        return model, passive, dict(zip(names, (exact, seed)))
+
+    print(
+        "Two coordinated planar robots holding a load (the servo-control paper [Liu et al. 2015], §V), "
+        f"t ∈ [0, {args.t1:g}] s, rtol=atol={args.tol:g}"
+    )
+    print("the paper's figs. 9–14: u1 [0,10] u2 [3,5] u3 [-8,-5.5] u4 [4.5,10] u5 [-4.5,0.5] u6 [-5,0]")
+    runs = {}
+    for name in names:
+        print(f"[{name}] compiling and simulating, or reading it back (kept) ...", flush=True)
+        start = time.perf_counter()
+        # the controller is made by ukjax's code from its name and the options (the seed gain)
+        key = ("coordinated", name, args.t1, args.saves, args.tol)
+        found = read_program(args.cache, "coordinated", key)
+        if found is None:
+            import equinox as eqx
+
+            from ._simulate import simulate
+
+            model, passive, controllers = built()
+
+            def run(q0, qd0, ctrl=controllers[name]):
+                sol = simulate(ctrl.closed_loop(), q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False)
+                u = eqx.filter_vmap(ctrl)(sol.ts, sol.q, sol.qd)
+                closure = eqx.filter_vmap(passive.violation)(sol.ts, sol.q, sol.qd)[0]
+                return _fields(sol) | {"u": u, "closure": closure}
+
+            found = keep_program(args.cache, "coordinated", key, run, (model.q0, model.qd0))
+        program, arguments = found
+        # as NumPy: the summary and the plot would compile operation by operation
+        fields = jax.tree.map(np.asarray, program(*arguments))
+        elapsed = time.perf_counter() - start
+        u, closure = fields.pop("u"), fields.pop("closure")
+        print(
+            f"  object tracking error {np.max(np.abs(fields['phi'])):.2e}, loop closure {np.max(np.abs(closure)):.2e}, "
+            f"{elapsed:.1f} s"
+        )
+        print(
+            "  "
+            + " ".join(f"u{j + 1} [{lo:.1f},{hi:.1f}]" for j, (lo, hi) in enumerate(zip(u.min(0), u.max(0))))
+        )
+        runs[name] = fields, u
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     import ukjax
-    from ukjax.models import coordinated_robots
 
-    model = coordinated_robots()
-    passive = ukjax.ConstrainedSystem(model.system, model.constraints)
-    ts = np.linspace(0.0, args.t1, args.saves)
-    a = args.seed_gain
-    controllers = {
-        "exact (constrained input map)": ukjax.ServoControl(passive, model.servo, model.actuation),
-        f"the paper's formula (M⁻¹ map, Baumgarte α=β={a:g})": ukjax.ServoControl(
-            passive, model.servo, model.actuation, exact=False, stabilization=ukjax.Baumgarte(2 * a, a * a)
-        ),
-    }
-    print(
-        "Two coordinated planar robots holding a load (the servo-control paper [Liu et al. 2015], §V), "
-        f"t ∈ [0, {args.t1:g}] s, rtol=atol={args.tol:g}"
-    )
-    print("the paper's figs. 9–14: u1 [0,10] u2 [3,5] u3 [-8,-5.5] u4 [4.5,10] u5 [-4.5,0.5] u6 [-5,0]")
     fig, axes = plt.subplots(2, 1, figsize=(10, 8), constrained_layout=True)
-    runs = {}
-    for (name, ctrl), style in zip(controllers.items(), ("-", "--")):
-        print(f"[{name}] compiling and simulating, or reading it back (kept) ...", flush=True)
-
-        def run(q0, qd0, ctrl=ctrl):
-            sol = ukjax.simulate(ctrl.closed_loop(), q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False)
-            u = eqx.filter_vmap(ctrl)(sol.ts, sol.q, sol.qd)
-            closure = eqx.filter_vmap(passive.violation)(sol.ts, sol.q, sol.qd)[0]
-            return _fields(sol) | {"u": u, "closure": closure}
-
-        start = time.perf_counter()
-        # the controller is made by ukjax's code from its name and the options (the seed gain)
-        key = ("coordinated", name, args.t1, args.saves, args.tol)
-        found = read_program(args.cache, "coordinated", key)
-        program, arguments = found or keep_program(args.cache, "coordinated", key, run, (model.q0, model.qd0))
-        # as NumPy: the summary and the plot would compile operation by operation
-        fields = jax.tree.map(np.asarray, program(*arguments))
-        elapsed = time.perf_counter() - start
-        u, closure = fields.pop("u"), fields.pop("closure")
+    for (name, (fields, u)), style in zip(runs.items(), ("-", "--")):
         sol = runs[name] = ukjax.Solution(**fields)
         _check_success(sol, f"the coordinated robots under {name}")
-        print(
-            f"  object tracking error {np.max(np.abs(sol.phi)):.2e}, loop closure {np.max(np.abs(closure)):.2e}, {elapsed:.1f} s"
-        )
-        print(
-            "  "
-            + " ".join(f"u{j + 1} [{lo:.1f},{hi:.1f}]" for j, (lo, hi) in enumerate(zip(u.min(0), u.max(0))))
-        )
         for j in range(6):
             axes[0].plot(sol.ts, u[:, j], style, color=f"C{j}", label=f"u{j + 1} ({name.split(' ')[0]})")
         axes[1].semilogy(sol.ts, np.max(np.abs(sol.phi), axis=1) + 1e-16, style, label=name)
@@ -259,10 +276,9 @@ def run_coordinated(args: argparse.Namespace) -> None:
         ax.grid(alpha=0.3)
     fig.savefig(args.out, dpi=120)
     print(f"plot written to {args.out}")
-    exact = next(iter(controllers))
     _animation(
-        controllers[exact].closed_loop(),
-        runs[exact],
+        built()[2][names[0]].closed_loop(),
+        runs[names[0]],
         Path(args.out).with_suffix(".gif"),
         {"load position": ([0, 1], "m"), "load angle": ([2], "rad")},
     )
@@ -393,12 +409,12 @@ def run_simulate(args: argparse.Namespace) -> None:
 
     model = None
     if found is None:
-        import ukjax
+        from ._simulate import simulate
 
         model, system = read_model()
 
         def simulation(q0, qd0):
-            sol = ukjax.simulate(system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False)
+            sol = simulate(system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False)
             return _fields(sol) | {"contacts": None if sol.contacts is None else _fields(sol.contacts)}
 
         with _stage("compiling the simulation (kept: the same command again starts at once)"):
