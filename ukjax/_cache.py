@@ -1,7 +1,7 @@
 """What is kept between processes: JAX's compiled programs (its persistent cache), and for the
-command line's `simulate` and `coordinated` the models read from files and their compiled
-simulations, each under a key of all that makes it, so that the same command run again starts
-at once.
+command line's `simulate`, `coordinated` and `scara` their compiled simulations (and the models
+`simulate` reads from files), each under a key of all that makes it, so that the same command
+run again starts at once.
 
 This module imports neither the engine nor equinox nor diffrax: a command that finds its
 program here runs it before the engine is imported (half a second of a start).

@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     args, rest = parser.parse_known_args(argv)
     args.cache = None if args.no_cache else cache_directory()
     if args.cache is not None and args.command not in ("simulate", "coordinated"):
-        # the two others keep their compiled programs themselves (`_cache.keep_program`)
+        # the two others keep their compiled programs themselves (`_cache.keep_program`); `scara`
+        # and `fit` compile more than their simulations
         compilation_cache(args.cache)
     if args.command == "bench":
         from ukjax._bench import main as bench
