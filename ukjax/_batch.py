@@ -65,7 +65,6 @@ def _chunk(per_device: int, n: int, dtype, platform: str) -> int:
     return -(-per_device // -(-per_device // largest))
 
 
-@jit
 def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh, chunk):
     def local(arrays, q0, qd0, times, numeric):
         def one(arrays, q0, qd0):
@@ -102,6 +101,10 @@ def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh, chunk):
         check_vma=False,
     )
     return sharded(arrays, q0, qd0, times, numeric)
+
+
+# the program of a batch, compiled as its route needs (`_jit.compiler_options`)
+_RUNS = {events: jit(_run, events=events) for events in (False, True)}
 
 
 def simulate_batch(
@@ -193,9 +196,8 @@ def simulate_batch(
     }
     options = {k: v for k, v in simulate_kwargs.items() if k not in numeric}
     mesh = Mesh(np.array(devices), (_AXIS,))
-    solution = _run(
-        arrays, static, axes, _pad(q0, size), _pad(qd0, size), times, numeric, options, mesh, chunk
-    )
+    run = _RUNS[bool(unilaterals(system))]
+    solution = run(arrays, static, axes, _pad(q0, size), _pad(qd0, size), times, numeric, options, mesh, chunk)
     solution = jax.tree.map(lambda x: x[:batch], solution)
     warn_if_started_inside(solution, simulate_kwargs.get("atol", DEFAULT_TOL))
     warn_if_started_off(

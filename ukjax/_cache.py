@@ -142,7 +142,7 @@ def read_program(cache: Path | None, name: str, key: tuple):
     return deserialize_and_load(payload, inputs, outputs), args
 
 
-def keep_program(cache: Path | None, name: str, key: tuple, fun: Callable, args: tuple):
+def keep_program(cache: Path | None, name: str, key: tuple, fun: Callable, args: tuple, *, events: bool = False):
     """`fun` compiled for `args`, kept with them in `cache` under `key` for `read_program`.
 
     **Arguments:**
@@ -153,18 +153,19 @@ def keep_program(cache: Path | None, name: str, key: tuple, fun: Callable, args:
       the versions it runs on and the device.
     - `fun`: returns a pytree of dicts, lists and arrays.
     - `args`: arrays.
+    - `events`: whether `fun` runs the event-driven path (its compiler options).
 
     **Returns:**
 
     `(program, args)`: `program(*args)` runs it.
     """
-    from ._jit import COMPILER_OPTIONS, _supported, jit
+    from ._jit import compiler_options, jit
 
     if cache is None:
-        return jit(fun), args
+        return jit(fun, events=events), args
     from jax.experimental.serialize_executable import serialize
 
-    options = COMPILER_OPTIONS if _supported() else None
+    options = compiler_options(events)
     args = tuple(np.asarray(x) for x in args)
     hits = []
 

@@ -434,6 +434,7 @@ def run_simulate(args: argparse.Namespace) -> None:
     model = None
     if found is None:
         from ._simulate import simulate
+        from ._unilateral import unilaterals
 
         model, system = read_model()
 
@@ -442,7 +443,9 @@ def run_simulate(args: argparse.Namespace) -> None:
             return _fields(sol) | {"contacts": None if sol.contacts is None else _fields(sol.contacts)}
 
         with _stage("compiling the simulation (kept: the same command again starts at once)"):
-            found = keep_program(args.cache, "simulate", key, simulation, (model.q0, model.qd0))
+            found = keep_program(
+                args.cache, "simulate", key, simulation, (model.q0, model.qd0), events=bool(unilaterals(system))
+            )
     program, (q0, qd0) = found
     with _stage(f"simulating {args.t1:g} s"):
         fields = jax.block_until_ready(program(q0, qd0))

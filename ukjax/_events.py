@@ -204,7 +204,7 @@ def _transition(system, t, q, qd, rest_speed):
     return q, qd, modes, jump.normal, sol.scale, value, penetration, converged & settled & valid, valid
 
 
-@jit
+@jit(events=True)
 def simulate_events(
     system, q0, qd0, t0, t1, ts, solver, rtol, atol, dt0, adaptive, max_steps, max_events, adjoint, progress_meter
 ):
