@@ -16,7 +16,8 @@ from ._cache import keep_program, kept_model, read_file, read_program
 
 
 def _fields(module) -> dict:
-    """A module's fields by name (a pytree `jax.export` writes)."""
+    """A module's fields by name (a pytree of dicts, which a kept executable's output tree
+    holds without ukjax's classes)."""
     return {field.name: getattr(module, field.name) for field in dataclasses.fields(module)}
 
 

@@ -171,8 +171,9 @@ def dynamics_target(lanes: int) -> str:
 
 def targets() -> list[str]:
     """The kernels' FFI targets, registered in this process for the CPU and, where JAX runs on
-    an NVIDIA GPU, for it (built first where needed; none where they do not build): a program
-    exported with calls to them (`jax.export`) runs in a process where they are registered."""
+    an NVIDIA GPU, for it (built first where needed; none where they do not build): a kept
+    executable with calls to them (`_cache.read_program`) runs in a process where they are
+    registered."""
     if not enabled():
         return []
     names = []
