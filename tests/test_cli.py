@@ -163,6 +163,40 @@ assert not {{"equinox", "diffrax", "ukjax._simulate"}} & set(sys.modules), sorte
     assert run.returncode == 0, run.stderr
 
 
+def test_an_executable_from_jaxs_cache_is_run_and_not_kept(tmp_path):
+    """An executable that JAX's persistent cache read back serializes without its compiled
+    functions (jaxlib 0.10, CPU): `keep_program` keeps only one it compiled itself. A second
+    process compiling the same program under another key, JAX's cache on, runs it and keeps
+    nothing; the first one's kept program is read back and runs."""
+    script = """
+import sys
+from pathlib import Path
+import jax
+import numpy as np
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+from ukjax._cache import keep_program, read_program
+cache, key = Path(sys.argv[1]), sys.argv[2]
+fun = lambda x: {"y": jax.numpy.sin(x) * 2}
+program, args = keep_program(cache, "p", (key,), fun, (np.arange(3.0),))
+np.testing.assert_allclose(program(*args)["y"], 2 * np.sin(np.arange(3.0)))
+found = {k: read_program(cache, "p", (k,)) is not None for k in ("first", "second")}
+print(found)
+if key == "second":
+    program, args = read_program(cache, "p", ("first",))
+    np.testing.assert_allclose(program(*args)["y"], 2 * np.sin(np.arange(3.0)))
+"""
+    runs = [
+        subprocess.run([sys.executable, "-c", script, str(tmp_path), key], capture_output=True, text=True)
+        for key in ("first", "second")
+    ]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    assert runs[0].stdout.strip() == "{'first': True, 'second': False}"
+    assert runs[1].stdout.strip() == "{'first': True, 'second': False}"
+
+
 def test_a_model_is_read_once_and_kept(tmp_path, monkeypatch):
     """`ukjax simulate`'s model (its start projected onto the file's equalities) is kept under
     the key of MuJoCo's compiled binary: the same file is read back with the same start and
