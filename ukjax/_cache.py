@@ -99,14 +99,15 @@ def read_file(file: str):
     return compiled, kind, hashlib.sha256(binary.tobytes()).hexdigest()
 
 
-def kept_model(cache: Path | None, file: str, keyframe: str | int | None):
+def kept_model(cache: Path | None, file: str, keyframe: str | int | None, read: tuple | None = None):
     """The model of an MJCF or URDF `file` from `keyframe` (`from_mjcf`'s or `from_urdf`'s),
     kept in `cache` under the key of MuJoCo's compiled binary of the file and read back by a
     later run, not the start projected onto the loops and the model built anew. The first
-    reading's warnings are said again on every run."""
+    reading's warnings are said again on every run. `read`: the file's `read_file`, where the
+    caller has it (the file is not compiled again)."""
     from ._robots.mjcf import _from_compiled
 
-    compiled, kind, digest = read_file(file)
+    compiled, kind, digest = read_file(file) if read is None else read
     if cache is None:
         return _from_compiled(compiled, kind, keyframe)
     path = _path(cache, "ukjax-models", Path(file).stem, (kind, keyframe, digest))

@@ -418,7 +418,8 @@ def run_simulate(args: argparse.Namespace) -> None:
     out = Path(args.out) if args.out else Path(f"{name}.png")
     ts = np.linspace(0.0, args.t1, args.saves)
     # the file's compiled binary, the keyframe and the options make the program and its start
-    key = ("simulate", read_file(args.file)[2], keyframe, args.alpha, args.beta, args.no_contacts, args.t1, args.saves, args.tol)
+    read = read_file(args.file)
+    key = ("simulate", read[2], keyframe, args.alpha, args.beta, args.no_contacts, args.t1, args.saves, args.tol)
     found = read_program(args.cache, "simulate", key)
 
     def read_model():
@@ -428,7 +429,7 @@ def run_simulate(args: argparse.Namespace) -> None:
             f"reading {args.file} (MuJoCo's compiler; a start off the loops is projected onto them; kept: "
             "the same file again is read back)"
         ):
-            model = kept_model(args.cache, args.file, keyframe)
+            model = kept_model(args.cache, args.file, keyframe, read)
         stabilization = ukjax.Baumgarte(args.alpha, args.beta) if args.alpha or args.beta else None
         return model, model.full_system(stabilization, unilateral=not args.no_contacts)
 

@@ -22,6 +22,7 @@ COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 # standing 7.7 against 8.4 s, 4.02 against 4.00. A program of the XLA route runs in XLA's own
 # loops and needs the second: the hand-built parallel robot 0.069 against 0.079-0.083 M steps/s.
 EVENT_COMPILER_OPTIONS = {**COMPILER_OPTIONS, "xla_backend_optimization_level": 1}
+_OPTIONS = {False: COMPILER_OPTIONS, True: EVENT_COMPILER_OPTIONS}  # by `events`
 
 
 @functools.cache
@@ -37,8 +38,7 @@ def _supported(options: tuple) -> bool:
 def compiler_options(events: bool = False) -> dict | None:
     """The compiler options of ukjax's programs, those of the event-driven path where `events`;
     None where this jaxlib refuses them."""
-    options = EVENT_COMPILER_OPTIONS if events else COMPILER_OPTIONS
-    return options if _supported(tuple(sorted(options.items()))) else None
+    return _OPTIONS[events] if _supported(tuple(sorted(_OPTIONS[events].items()))) else None
 
 
 def _top_level() -> bool:
@@ -54,7 +54,7 @@ def jit(fun=None, *, events: bool = False):
     options). `events`: whether `fun` runs the event-driven path."""
     if fun is None:
         return functools.partial(jit, events=events)
-    tuned = eqx.filter_jit(fun, compiler_options=EVENT_COMPILER_OPTIONS if events else COMPILER_OPTIONS)
+    tuned = eqx.filter_jit(fun, compiler_options=_OPTIONS[events])
     plain = eqx.filter_jit(fun)
 
     @functools.wraps(fun)
