@@ -133,8 +133,8 @@ def test_kernel_matches_the_xla_route(loops):
         assert bool(jnp.all(kernel.mass_ok)) and bool(jnp.all(xla.mass_ok))
         assert float(jnp.max(kernel.inconsistency)) < 1e-12
     # the build of one lane on the whole batch: the members one by one in the work space's
-    # layout on a GPU (member m's k-th value at k × B + m), the GPU's code compiled for the CPU;
-    # and with a work space of one member, the batch in slices of one
+    # layout on a GPU (tiles of 32 members, the last one part full), the GPU's code compiled for
+    # the CPU; and with a work space of one tile, the batch in slices of a tile
     parts = kernels.covered(system)
     outside = jax.vmap(lambda q, qd: kernels._outside(parts, 0.0, q, qd))(q, qd)
     xla = _both_routes(system, q, qd)[1]
