@@ -3,8 +3,8 @@ against the same command run again (its compiled programs, and `simulate`'s trac
 back from the cache).
 
 Each command runs twice in its own process with a new cache directory (`UKJAX_CACHE_DIR`);
-`simulate`'s first step is when it prints "simulating" (its program is ready), measured from
-the process's start. The floor: what a kept `simulate` imports before its first step (jax and
+its first step is when it prints "simulating" (`simulate`) or "fitting" (`fit`): its program is
+ready, measured from the process's start. The floor: what a kept `simulate` imports before its first step (jax and
 MuJoCo's compiler), beside the engine's import (`ukjax.simulate`: equinox, diffrax), which it
 imports after.
 
@@ -33,8 +33,8 @@ COMMANDS = {
 
 
 def timed(argv: list[str], cache: str, workdir: str) -> tuple[float, float | None]:
-    """The run's wall time and when it printed "simulating" (None where it did not), from
-    the process's start."""
+    """The run's wall time and when it first printed "simulating" or "fitting" (None where it
+    did not), from the process's start."""
     environment = dict(os.environ, UKJAX_CACHE_DIR=cache, PYTHONUNBUFFERED="1", MPLBACKEND="Agg")
     start = time.perf_counter()
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment, cwd=workdir)
@@ -42,7 +42,7 @@ def timed(argv: list[str], cache: str, workdir: str) -> tuple[float, float | Non
     lines = []
     for line in process.stdout:
         lines.append(line)
-        if first is None and line.startswith("simulating"):
+        if first is None and line.startswith(("simulating", "fitting")):
             first = time.perf_counter() - start
     if process.wait():
         raise RuntimeError(f"{' '.join(argv)} failed:\n{''.join(lines)[-3000:]}")

@@ -131,7 +131,8 @@ def test_a_simulation_is_compiled_once_and_read_back_without_the_engine(tmp_path
     """`ukjax simulate`'s compiled program is kept with its arguments under a key (the tree
     kernel's calls in it): a fresh process reads it back and runs it with the same results
     without importing equinox or diffrax (`import ukjax` imports neither); another key finds
-    nothing."""
+    nothing. A kept program with LAPACK's calls in it (`ukjax fit`'s) runs in a fresh process
+    too (jaxlib loads LAPACK where a program that calls it is lowered: without that, a crash)."""
     from ukjax._cache import keep_program, read_program
 
     model = ukjax.models.from_mjcf(BOX, keyframe="spinning")
@@ -147,6 +148,8 @@ def test_a_simulation_is_compiled_once_and_read_back_without_the_engine(tmp_path
     assert len(list((tmp_path / "ukjax-programs").glob("simulate-*.pickle"))) == 1
     assert read_program(tmp_path, "simulate", ("box", "another")) is None
     np.save(tmp_path / "first.npy", np.asarray(first["q"]))
+    pair = (np.array([[2.0, 1.0], [1.0, 3.0]]), np.array([1.0, 2.0]))
+    keep_program(tmp_path, "solve", ("lapack",), lambda a, b: {"x": jnp.linalg.solve(a, b)}, pair)
     script = f"""
 import sys
 import jax
@@ -157,6 +160,8 @@ from ukjax._cache import read_program
 program, arguments = read_program(Path({str(tmp_path)!r}), "simulate", ("box",))
 again = program(*arguments)
 np.testing.assert_array_equal(again["q"], np.load({str(tmp_path / "first.npy")!r}))
+program, arguments = read_program(Path({str(tmp_path)!r}), "solve", ("lapack",))
+np.testing.assert_allclose(program(*arguments)["x"], [0.2, 0.6], rtol=1e-14)
 assert not {{"equinox", "diffrax", "ukjax._simulate"}} & set(sys.modules), sorted(sys.modules)
 """
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

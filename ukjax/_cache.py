@@ -139,7 +139,12 @@ def read_program(cache: Path | None, name: str, key: tuple):
     from . import _native
 
     _native.targets()  # the kernels' targets the program calls
-    payload, inputs, outputs, args = pickle.loads(path.read_bytes())
+    payload, inputs, outputs, args, lapack = pickle.loads(path.read_bytes())
+    if lapack:
+        # jaxlib finds its LAPACK routines where a program that calls them is first lowered
+        # (the targets are registered on import without them): a program read back would call
+        # a null routine
+        jax.jit(jax.lax.linalg.cholesky).lower(np.eye(1))
     return deserialize_and_load(payload, inputs, outputs), args
 
 
@@ -183,5 +188,6 @@ def keep_program(cache: Path | None, name: str, key: tuple, fun: Callable, args:
     # functions (jaxlib 0.10, CPU), and a run of it fails: only one compiled here is kept (the
     # command line leaves JAX's cache off for the commands that keep their programs here).
     if not hits:
-        _write(_path(cache, "ukjax-programs", name, key), pickle.dumps((*serialize(program), args)))
+        lapack = "lapack_" in program.as_text()
+        _write(_path(cache, "ukjax-programs", name, key), pickle.dumps((*serialize(program), args, lapack)))
     return program, args

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--horizon", type=_duration, default=1.5, help="record length of the double pendulum [s]")
     p.add_argument("--closed-horizon", type=_duration, default=0.5, help="record length of the closed chain [s]")
     p.add_argument("--out", default="fit.png", help="where to write the plot")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="leave out the cost at each step")
     p.set_defaults(run=run_fit)
     p = command(
         "simulate",
@@ -99,9 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(run=None)
     args, rest = parser.parse_known_args(argv)
     args.cache = None if args.no_cache else cache_directory()
-    if args.cache is not None and args.command not in ("simulate", "coordinated"):
-        # the two others keep their compiled programs themselves (`_cache.keep_program`); `scara`
-        # and `fit` compile more than their simulations
+    if args.cache is not None and args.command not in ("simulate", "coordinated", "fit"):
+        # the three others keep their compiled programs themselves (`_cache.keep_program`);
+        # `scara` compiles more than its simulations
         compilation_cache(args.cache)
     if args.command == "bench":
         from ukjax._bench import main as bench

@@ -312,81 +312,123 @@ def run_coordinated(args: argparse.Namespace) -> None:
 def run_fit(args: argparse.Namespace) -> None:
     import warnings
 
-    import equinox as eqx
-    import jax.numpy as jnp
-    import matplotlib
-    import numpy as np
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    import ukjax
-    from ukjax import models
-
     tol = dict(rtol=1e-12, atol=1e-12)
+    max_steps = 200  # Levenberg–Marquardt's, at most
+    horizons = {
+        "torque-driven double pendulum": args.horizon,
+        "coordinated robots of the servo-control paper (closed chain)": args.closed_horizon,
+    }
+    plotted = "torque-driven double pendulum"  # its record, and its runs from the first guess and the fit
 
-    def inertial(system):
-        while not isinstance(system, models.PlanarChain):
-            system = system.system
-        return system.masses, system.inertias
+    @functools.cache
+    def built():
+        """The selection of the inertial parameters, and by case the true system, its start
+        and the fit's first guess (masses +30 %, inertias −30 %): the engine, imported where a
+        kept program is not found or after the runs."""
+        import equinox as eqx
+        import jax.numpy as jnp
 
-    def identify(true, q0, qd0, horizon, label):
-        ts = jnp.linspace(0.0, horizon, round(20 * horizon) + 1)
-        measured = ukjax.simulate(true, q0, qd0, 0.0, horizon, ts=ts, **tol).q
-        masses, inertias = inertial(true)
-        start = eqx.tree_at(inertial, true, (1.3 * masses, 0.7 * inertias))
+        import ukjax
+        from ukjax import models
+
+        def inertial(system):
+            while not isinstance(system, models.PlanarChain):
+                system = system.system
+            return system.masses, system.inertias
+
+        pendulum = models.PlanarChain([1.0, 0.8], [1.5, 1.0], [0.5, 0.4], [0.12, 0.06])
+        drive = models.SineInputs(jnp.eye(2), [3.0, 1.0], [2.0, 3.0], [0.0, np.pi / 2])
+        robots = models.coordinated_robots()
+        motors = models.SineInputs(
+            robots.actuation, [3.0, -2.0, 2.5, 1.5, -2.0, 1.0], [1.0, 1.7, 2.3, 1.3, 2.9, 0.7], np.linspace(0, 2, 6)
+        )
+        closed = ukjax.ConstrainedSystem(ukjax.Forced(robots.system, motors), robots.constraints)
+        cases = {}
+        for label, (true, q0, qd0) in zip(
+            horizons, ((ukjax.Forced(pendulum, drive), jnp.array([1.2, -0.4]), jnp.zeros(2)), (closed, robots.q0, robots.qd0))
+        ):
+            masses, inertias = inertial(true)
+            cases[label] = true, q0, qd0, eqx.tree_at(inertial, true, (1.3 * masses, 0.7 * inertias))
+        return inertial, cases
+
+    fits = {}
+    for label, horizon in horizons.items():
+        ts = np.linspace(0.0, horizon, round(20 * horizon) + 1)
         print(f"[{label}] {horizon:g} s record, {ts.size} samples; start: masses +30 %, inertias −30 %")
+        # the systems are made by ukjax's code from the case's name; the options make the rest
+        key = ("fit", label, horizon, max_steps)
+        found = read_program(args.cache, "fit", key)
+        if found is None:
+            from ._fit import _LEVENBERG_MARQUARDT, _least_squares, _parameters, _Residuals
+            from ._residuals import trajectory_residuals
+            from ._simulate import simulate
+
+            inertial, cases = built()
+            true, q0, qd0, start = cases[label]
+            params, theta, _ = _parameters(start, inertial, True)
+
+            def identify(q0, qd0):
+                """The fit's arrays (`_least_squares`' without its solver's result, an
+                optimistix enumeration, not an array), and the runs of the true system (the
+                record) and, for the plot, of the first guess and the fit: their coordinates
+                and statuses (no simulation raises in a kept program: that is a host callback)."""
+                run = lambda system: simulate(system, q0, qd0, 0.0, horizon, ts=ts, throw=False, **tol)  # noqa: E731
+                runs = {"measured": run(true)}
+                residuals = lambda m: trajectory_residuals(m, q0, qd0, ts, runs["measured"].q, **tol)  # noqa: E731
+                fit = _least_squares(
+                    _LEVENBERG_MARQUARDT, _Residuals(params, residuals, "fwd"), theta, {"jac": "fwd"}, max_steps, False
+                )
+                del fit["result"]
+                if label == plotted:
+                    runs |= {"before": run(start), "after": run(params.model(fit["theta"]))}
+                return fit | {"runs": {name: {"q": sol.q, "status": sol.status} for name, sol in runs.items()}}
+
+            with _stage("  compiling the identification (kept: the same command again starts at once)"):
+                found = keep_program(args.cache, "fit", key, identify, (q0, qd0))
+        program, arguments = found
+        print("fitting: simulating the record, Levenberg–Marquardt, the Jacobian's statistics", flush=True)
         clock = time.perf_counter()
+        out = jax.tree.map(np.asarray, program(*arguments))
+        elapsed = time.perf_counter() - clock
+        for name, run in out["runs"].items():
+            if run["status"] != 0:
+                raise RuntimeError(f"the {name} simulation of the {label} did not finish (status {int(run['status'])})")
+        # the result with the engine, after the run
+        from ._fit import _parameters, _result
+
+        inertial, cases = built()
+        true, _, _, start = cases[label]
+        params, _, names = _parameters(start, inertial, True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the rank is printed below
-            res = ukjax.fit_least_squares(
-                lambda m: ukjax.trajectory_residuals(m, q0, qd0, ts, measured, **tol),
-                start,
-                where=inertial,
-                positive=True,
-                progress=not args.quiet,
-            )
+            res = _result(params, names, out, True, None, 1e-6, max_steps)
+        if not args.quiet:
+            print("  cost ½‖r‖² per step: " + " ".join(f"{c:.2e}" for c in res.costs))
         truth = np.concatenate([np.ravel(x) for x in inertial(true)])
-        print(
-            f"  {res.steps} steps, cost {res.cost:.2e}, {time.perf_counter() - clock:.1f} s; rank {res.rank}/{len(res.names)}"
-        )
+        print(f"  {res.steps} steps, cost {res.cost:.2e}, {elapsed:.1f} s; rank {res.rank}/{len(res.names)}")
         for name, t, f, e in zip(res.names, truth, res.values, res.std):
             print(f"  {name:<22} true {t:8.4f}  fitted {f:8.4f}  std {e:.1e}")
         for v in res.unidentifiable:
             print("  not determined (relative changes): " + res.describe(v))
         error = np.max(np.abs(res.determined(res.values - truth) / truth))
         print(f"  fitted − true along what the data determine: {error:.1e} (largest, relative)")
-        return ts, measured, start, res
+        fits[label] = ts, out, res
 
-    pendulum = models.PlanarChain([1.0, 0.8], [1.5, 1.0], [0.5, 0.4], [0.12, 0.06])
-    drive = models.SineInputs(jnp.eye(2), [3.0, 1.0], [2.0, 3.0], [0.0, np.pi / 2])
-    q0 = jnp.array([1.2, -0.4])
-    ts, measured, start, open_fit = identify(
-        ukjax.Forced(pendulum, drive), q0, jnp.zeros(2), args.horizon, "torque-driven double pendulum"
-    )
-    robots = models.coordinated_robots()
-    motors = models.SineInputs(
-        robots.actuation,
-        [3.0, -2.0, 2.5, 1.5, -2.0, 1.0],
-        [1.0, 1.7, 2.3, 1.3, 2.9, 0.7],
-        np.linspace(0, 2, 6),
-    )
-    closed = ukjax.ConstrainedSystem(ukjax.Forced(robots.system, motors), robots.constraints)
-    *_, closed_fit = identify(
-        closed, robots.q0, robots.qd0, args.closed_horizon, "coordinated robots of the servo-control paper (closed chain)"
-    )
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), constrained_layout=True)
-    for res, name in ((open_fit, "double pendulum"), (closed_fit, "closed chain")):
+    for (_, _, res), name in zip(fits.values(), ("double pendulum", "closed chain")):
         axes[0].semilogy(res.costs, "o-", label=name)
         axes[2].semilogy(res.singular_values / res.singular_values[0], "s-", label=name)
     axes[0].set(title="cost ½‖r‖² per Levenberg–Marquardt step", xlabel="step", ylabel="cost [rad²]")
-    before = ukjax.simulate(start, q0, jnp.zeros(2), 0.0, args.horizon, ts=ts, **tol).q
-    after = ukjax.simulate(open_fit.model, q0, jnp.zeros(2), 0.0, args.horizon, ts=ts, **tol).q
+    ts, out, _ = fits[plotted]
     for j in range(2):
-        axes[1].plot(ts, measured[:, j], "k.", label="measured" if j == 0 else None)
-        axes[1].plot(ts, before[:, j], "--", color=f"C{j}", label=f"q{j + 1} from the start")
-        axes[1].plot(ts, after[:, j], "-", color=f"C{j}", label=f"q{j + 1} fitted")
+        axes[1].plot(ts, out["runs"]["measured"]["q"][:, j], "k.", label="measured" if j == 0 else None)
+        axes[1].plot(ts, out["runs"]["before"]["q"][:, j], "--", color=f"C{j}", label=f"q{j + 1} from the start")
+        axes[1].plot(ts, out["runs"]["after"]["q"][:, j], "-", color=f"C{j}", label=f"q{j + 1} fitted")
     axes[1].set(title="double pendulum: measured and simulated", xlabel="t [s]", ylabel="joint angle [rad]")
     axes[2].set(title="singular values of the scaled Jacobian", xlabel="index", ylabel="σ / σ₁ [dimensionless]")
     for ax in axes:

@@ -27,6 +27,8 @@ from ._jit import jit
 from ._statistics import LeastSquaresResult, statistics
 
 Jac = Literal["fwd", "bwd"]
+# `fit_least_squares`' default solver
+_LEVENBERG_MARQUARDT = optx.LevenbergMarquardt(rtol=1e-10, atol=1e-10)
 
 
 class _Parameters(eqx.Module):
@@ -300,34 +302,98 @@ class _Residuals(eqx.Module):
         return flat(theta), None
 
 
-@jit
-def _evaluate(fn, theta):
-    return fn(theta)[0]
+# the meters of the fits running in this process, for `_least_squares`' host callback (a
+# function of its own, not a closure over the meter, so that fits compile once)
+_METERS: list[_Progress] = []
+
+
+def _report(step, cost) -> None:
+    _METERS[-1].update(int(step), float(cost))
 
 
 @jit
-def _init(solver, fn, theta, options, f_struct):
-    return solver.init(fn, theta, None, options, f_struct, None, frozenset())
+def _least_squares(solver, fn: _Residuals, theta, options: dict, max_steps: int, progress: bool) -> dict:
+    """The solver's steps from `theta` in one program, until it terminates, its cost is not
+    finite or it has taken `max_steps`; then the residuals and their Jacobian at the last
+    point. Returns a dict of arrays (`theta`, `costs` (max_steps,), `steps`, `done`, `solved`,
+    `residual`, `jacobian`) and the solver's `result`; `progress`: report each step to the
+    innermost of `_METERS`."""
+    f_struct = jax.eval_shape(lambda theta: fn(theta)[0], theta)
+    # the loop carries the state's arrays; the rest (its linearisation's jaxprs) is the same
+    # at every step, as optimistix's own loop has it
+    state, static = eqx.partition(solver.init(fn, theta, None, options, f_struct, None, frozenset()), eqx.is_array)
+
+    def step(carry):
+        theta, state, k, _, _, costs, _ = carry
+        theta, state, _ = solver.step(fn, theta, None, options, eqx.combine(state, static), frozenset())
+        # Gauss–Newton-type solvers carry the residual of the last accepted point (their first
+        # step evaluates the start)
+        r = state.f_info.residual if hasattr(state, "f_info") else fn(theta)[0]
+        cost = 0.5 * jnp.sum(r**2)
+        if progress:
+            jax.debug.callback(_report, k + 1, cost, ordered=True)
+        done, result = solver.terminate(fn, theta, None, options, state, frozenset())
+        state = eqx.filter(state, eqx.is_array)
+        return theta, state, k + 1, done, result, costs.at[k].set(cost), jnp.isfinite(cost)
+
+    yes, no = jnp.array(True), jnp.array(False)
+    carry = (theta, state, jnp.array(0), no, optx.RESULTS.successful, jnp.zeros(max_steps, theta.dtype), yes)
+    theta, state, steps, done, result, costs, _ = jax.lax.while_loop(
+        lambda carry: (carry[2] < max_steps) & ~carry[3] & carry[6], step, carry
+    )
+    state = eqx.combine(state, static)
+    if max_steps and isinstance(getattr(getattr(state, "f_info", None), "jac", None), lx.AbstractLinearOperator):
+        # The solver linearised at the accepted point already (with jac="fwd", a stored
+        # matrix): materialise that rather than differentiate the simulation once more.
+        r, jacobian = state.f_info.residual, state.f_info.jac.as_matrix()
+    else:
+        r = fn(theta)[0]
+        jacobian = (jax.jacfwd if options["jac"] == "fwd" else jax.jacrev)(lambda theta: fn(theta)[0])(theta)
+    return dict(
+        theta=theta,
+        costs=costs,
+        steps=steps,
+        done=done,
+        solved=result == optx.RESULTS.successful,
+        residual=r,
+        jacobian=jacobian,
+        result=result,
+    )
 
 
-@jit
-def _step(solver, fn, theta, state, options):
-    return solver.step(fn, theta, None, options, state, frozenset())
-
-
-@jit
-def _terminate(solver, fn, theta, state, options):
-    return solver.terminate(fn, theta, None, options, state, frozenset())
-
-
-@jit
-def _jacobian(fn, theta, jac):
-    return (jax.jacfwd if jac == "fwd" else jax.jacrev)(lambda theta: fn(theta)[0])(theta)
-
-
-@jit
-def _linearisation(state):
-    return state.f_info.residual, state.f_info.jac.as_matrix()
+def _result(params: _Parameters, names, found: dict, positive, noise_std, rank_rtol, max_steps) -> LeastSquaresResult:
+    """`fit_least_squares`' result from `_least_squares`' (without its `result` where a kept
+    program returned it), with the warnings; a start whose residuals are not finite refused."""
+    steps = int(found["steps"])
+    costs = np.asarray(found["costs"])[:steps]
+    if steps and not math.isfinite(costs[0]):
+        raise ValueError("The residuals are not finite at the starting parameters; check the start and the data.")
+    success = bool(found["done"]) and bool(found["solved"])
+    r = np.asarray(found["residual"])
+    values = np.asarray(params.values(found["theta"]))
+    stats = statistics(np.asarray(found["jacobian"]), values, positive, r, noise_std, rank_rtol)
+    res = LeastSquaresResult(params.model(found["theta"]), 0.5 * float(r @ r), costs, steps, success, names, *stats, values)
+    if not success:
+        if steps >= max_steps:
+            why = f"max_steps = {max_steps} reached"
+        elif not math.isfinite(costs[-1]):
+            why = "the cost is not finite"
+        else:
+            why = f"the solver reports {found.get('result', 'no success')}"
+        warnings.warn(
+            f"fit_least_squares did not converge ({why}): the model, standard errors and rank are "
+            "those of an unconverged point (res.success is False). Raise max_steps or start closer.",
+            stacklevel=3,
+        )
+    if res.rank < len(res.names):
+        directions = "; ".join(res.describe(v) for v in res.unidentifiable)
+        warnings.warn(
+            f"The data determine {res.rank} of {len(res.names)} parameter directions; not determined "
+            f"(relative changes that leave the residuals unchanged): {directions}. Their standard "
+            "errors are inf: fix some of these parameters, or add experiments that excite them.",
+            stacklevel=3,
+        )
+    return res
 
 
 def fit_least_squares(
@@ -369,61 +435,17 @@ def fit_least_squares(
     A [`ukjax.LeastSquaresResult`][].
     """
     params, theta, names = _parameters(model, where, positive)
-    fn = _Residuals(params, residuals, jac)
-    solver = optx.LevenbergMarquardt(rtol=1e-10, atol=1e-10) if solver is None else solver
-    options = {"jac": jac}
+    solver = _LEVENBERG_MARQUARDT if solver is None else solver
     meter = _Progress(max_steps, "least squares", progress)
-    costs = []
+    _METERS.append(meter)
     try:
-        f_struct = eqx.filter_eval_shape(_evaluate, fn, theta)
-        state = _init(solver, fn, theta, options, f_struct)
-        done, k, result = False, 0, optx.RESULTS.successful
-        while k < max_steps:
-            if k > 0:
-                done, result = _terminate(solver, fn, theta, state, options)
-                if bool(done):
-                    break
-            theta, state, _ = _step(solver, fn, theta, state, options)
-            k += 1
-            # Gauss–Newton-type solvers carry the residual of the last accepted point (their first
-            # step evaluates the start).
-            r = state.f_info.residual if hasattr(state, "f_info") else _evaluate(fn, theta)
-            costs.append(0.5 * float(jnp.sum(r**2)))
-            if k == 1 and not math.isfinite(costs[0]):
-                raise ValueError(
-                    "The residuals are not finite at the starting parameters; check the start and the data."
-                )
-            meter.update(k, costs[-1])
-        if k > 0 and isinstance(getattr(getattr(state, "f_info", None), "jac", None), lx.AbstractLinearOperator):
-            # The solver linearised at the accepted point already (with jac="fwd", a stored
-            # matrix): materialise that rather than differentiate the simulation once more.
-            r, jacobian = _linearisation(state)
-        else:
-            r, jacobian = _evaluate(fn, theta), _jacobian(fn, theta, jac)
+        found = _least_squares(solver, _Residuals(params, residuals, jac), theta, {"jac": jac}, max_steps, progress)
     except (TypeError, ValueError) as error:
         raise _explain_mode(error, jac) from error
-    success = bool(done) and result == optx.RESULTS.successful
-    r = np.asarray(r)
-    cost = 0.5 * float(r @ r)
-    meter.close(k, cost, "converged" if success else "stopped")
-    values = np.asarray(params.values(theta))
-    stats = statistics(np.asarray(jacobian), values, positive, r, noise_std, rank_rtol)
-    res = LeastSquaresResult(params.model(theta), cost, np.asarray(costs), k, success, names, *stats, values)
-    if not success:
-        why = f"max_steps = {max_steps} reached" if k >= max_steps else f"the solver reports {result}"
-        warnings.warn(
-            f"fit_least_squares did not converge ({why}): the model, standard errors and rank are "
-            "those of an unconverged point (res.success is False). Raise max_steps or start closer.",
-            stacklevel=2,
-        )
-    if res.rank < len(res.names):
-        directions = "; ".join(res.describe(v) for v in res.unidentifiable)
-        warnings.warn(
-            f"The data determine {res.rank} of {len(res.names)} parameter directions; not determined "
-            f"(relative changes that leave the residuals unchanged): {directions}. Their standard "
-            "errors are inf: fix some of these parameters, or add experiments that excite them.",
-            stacklevel=2,
-        )
-    return res
+    finally:
+        _METERS.remove(meter)
+    r = np.asarray(found["residual"])
+    meter.close(int(found["steps"]), 0.5 * float(r @ r), "converged" if bool(found["done"]) and bool(found["solved"]) else "stopped")
+    return _result(params, names, found, positive, noise_std, rank_rtol, max_steps)
 
 
