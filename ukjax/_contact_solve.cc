@@ -1,7 +1,7 @@
 // The linear algebra of one contact solve at fixed modes (`_unilateral._dense_solve`, whose
 // formulas and cut-offs this follows), for a batch of states in one XLA FFI call, one state
-// after another: M = L Lᵀ; one forward substitution for the applied forces, every row and the
-// sliding friction's directions; the pseudo-inverse of the rows that the modes close, only
+// after another: M = Lᵀ D L, leaves first (a tree keeps its pattern); one substitution for the
+// applied forces, every row and the sliding friction's directions; the pseudo-inverse of the rows that the modes close, only
 // those that are not zero, through a basis of them (their Gram matrix's Cholesky factor with
 // diagonal pivoting; the minimum-norm solution where some are dependent), a one-sided Jacobi SVD
 // where that basis is ill-conditioned; the sliding contacts' coupling by Gauss–Jordan with partial pivoting; one
@@ -45,6 +45,38 @@ bool cholesky(int n, const double* M, double* L) {
       L[i * n + j] = u / g;
     }
     for (int i = 0; i < j; ++i) L[i * n + j] = 0;
+  }
+  return positive;
+}
+
+// M = Lᵀ D L with L unit lower triangular, eliminated from the last coordinate to the first
+// (MuJoCo's `mj_factorM`): the mass matrix of a tree whose coordinates come after their
+// ancestors keeps its pattern (no fill-in), and what is zero is skipped. L's strict lower
+// triangle and D on its diagonal in `L` (row-major, n × n); row c's columns where L may be
+// nonzero at `columns[lo[c]], …, columns[hi[c] − 1]`, ascending. False where M is not positive
+// definite. (Cassie's M, 35 coordinates: 399 of the 595 entries below the diagonal, where a
+// Cholesky factor from the first coordinate is full.)
+bool factor_leaves_first(int n, const double* M, double* L, int* lo, int* hi, std::vector<int>& columns) {
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j <= i; ++j) L[i * n + j] = M[i * n + j];
+  columns.clear();
+  bool positive = true;
+  for (int c = n - 1; c >= 0; --c) {
+    double* row = &L[c * n];
+    const double d = row[c];
+    positive = positive && d > 0;
+    lo[c] = int(columns.size());
+    for (int i = 0; i < c; ++i)
+      if (row[i] != 0) columns.push_back(i);
+    hi[c] = int(columns.size());
+    const int* cols = columns.data() + lo[c];
+    // the rows above take c's elimination at c's columns (fill where new, met when they come)
+    for (int a = 0; a < hi[c] - lo[c]; ++a) {
+      const double t = row[cols[a]] / d;
+      double* target = &L[cols[a] * n];
+      for (int b = 0; b <= a; ++b) target[cols[b]] -= t * row[cols[b]];
+    }
+    for (int a = 0; a < hi[c] - lo[c]; ++a) row[cols[a]] /= d;
   }
   return positive;
 }
@@ -262,9 +294,10 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
   // the work space, kept by each thread from one call to the next (a simulation calls this
   // for one state at a time)
   static thread_local Pseudoinverse pinv;
-  static thread_local std::vector<int> active, column, friction, sliding, row_of;
-  static thread_local std::vector<double> squares, with_Q, with_z, with_slide, L, X, Bact, e, z, v, lam, slide_lam, norms, Z, Lam, rhs, zcol, lcol, A, y;
-  L.resize(size_t(n) * n), e.resize(P), column.resize(P), friction.resize(k), row_of.resize(P);
+  static thread_local std::vector<int> active, column, friction, sliding, row_of, lo, hi, below;
+  static thread_local std::vector<double> squares, with_Q, with_z, with_slide, L, root, X, Bact, e, z, v, lam, slide_lam, norms, Z, Lam, rhs, zcol, lcol, A, y;
+  L.resize(size_t(n) * n), root.resize(n), lo.resize(n), hi.resize(n);
+  e.resize(P), column.resize(P), friction.resize(k), row_of.resize(P);
   z.resize(n), v.resize(n), lam.resize(P), slide_lam.resize(k), norms.resize(P), zcol.resize(n);
   for (int64_t s = 0; s < batch; ++s) {
     const double* M = Mb.typed_data() + s * n * n;
@@ -281,12 +314,13 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
     double* mobility = mobility_out->typed_data() + s * k;
     double* free_rate = free_out->typed_data() + s * k;
     double* health = health_out->typed_data() + s * 3;
-    // M = L Lᵀ, and M's symmetry to √ε (`mass_check`)
+    // M = Lᵀ D L = F Fᵀ with F = Lᵀ D^½, and M's symmetry to √ε (`mass_check`)
     double largest = 0, asymmetry = 0;
     for (int i = 0; i < n * n; ++i) largest = std::max(largest, std::fabs(M[i]));
     for (int i = 0; i < n; ++i)
       for (int j = 0; j < i; ++j) asymmetry = std::max(asymmetry, std::fabs(M[i * n + j] - M[j * n + i]));
-    bool mass_ok = cholesky(n, M, L.data()) && asymmetry <= std::sqrt(EPS) * largest;
+    bool mass_ok = factor_leaves_first(n, M, L.data(), lo.data(), hi.data(), below) && asymmetry <= std::sqrt(EPS) * largest;
+    for (int c = 0; c < n; ++c) root[c] = std::sqrt(L[c * n + c]);  // D^½
     if (!mass_ok) {
       std::fill(x, x + n, NaN), std::fill(force, force + n, NaN), std::fill(lam_o, lam_o + P, NaN);
       std::fill(slide_o, slide_o + k, NaN), std::fill(mobility, mobility + k, NaN);
@@ -294,8 +328,9 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
       health[0] = NaN, health[1] = 0, health[2] = NaN;
       continue;
     }
-    // X = L⁻¹ [Q | Rᵀ | K], of the rows only those closed (and, for the contacts' scales, the
-    // normal ones), of K only the sliding contacts' columns
+    // X = F⁻¹ [Q | Rᵀ | K], of the rows only those closed (and, for the contacts' scales, the
+    // normal ones), of K only the sliding contacts' columns: Lᵀ's substitution from the last
+    // coordinate, then D^-½
     int cols = 1;
     for (int j = 0; j < P; ++j) column[j] = closing[j] != 0 || (scales && j >= p && j < p + k) ? cols++ : -1;
     for (int j = 0; j < k; ++j) friction[j] = slide[j] != 0 ? cols++ : -1;
@@ -307,17 +342,21 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
         if (column[j] >= 0) row[column[j]] = R[j * n + i];
       for (int j = 0; j < k; ++j)
         if (friction[j] >= 0) row[friction[j]] = K[i * k + j];
-      for (int c = 0; c < i; ++c) {
-        double l = L[i * n + c];
-        if (l == 0) continue;
-        const double* done = &X[size_t(c) * cols];
+    }
+    for (int c = n - 1; c >= 0; --c) {
+      const double* done = &X[size_t(c) * cols];
+      for (int a = lo[c]; a < hi[c]; ++a) {
+        const double l = L[c * n + below[a]];
+        double* row = &X[size_t(below[a]) * cols];
         for (int j = 0; j < cols; ++j) row[j] -= l * done[j];
       }
-      double g = L[i * n + i];
-      for (int j = 0; j < cols; ++j) row[j] /= g;
     }
-    auto E = [&](int i, int j) { return X[size_t(i) * cols + column[j]]; };  // (A L⁻ᵀ)ᵀ, where kept
-    auto Y = [&](int i, int j) { return X[size_t(i) * cols + friction[j]]; };  // L⁻¹ K, sliding only
+    for (int i = 0; i < n; ++i) {
+      double* row = &X[size_t(i) * cols];
+      for (int j = 0; j < cols; ++j) row[j] /= root[i];
+    }
+    auto E = [&](int i, int j) { return X[size_t(i) * cols + column[j]]; };  // (A F⁻ᵀ)ᵀ, where kept
+    auto Y = [&](int i, int j) { return X[size_t(i) * cols + friction[j]]; };  // F⁻¹ K, sliding only
     // each column's squared length and its product with L⁻¹ Q, summed over X's rows (in vector
     // code: a column of X is strided)
     squares.assign(cols, 0.0), with_Q.assign(cols, 0.0);
@@ -395,7 +434,7 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
       if (g != g) pivot = NaN;
       slide_lam[sliding[i]] = y[i] / g;
     }
-    // z, λ, the force L (z − Y λₛ) and q̈ = L⁻ᵀ (L⁻¹ Q + z − Y λₛ)
+    // z, λ, the force F (z − Y λₛ) and q̈ = F⁻ᵀ (F⁻¹ Q + z − Y λₛ)
     for (int i = 0; i < n; ++i) {
       double t = Z[i * (1 + ns)], u = 0;
       for (int c = 0; c < ns; ++c) {
@@ -410,13 +449,13 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
       for (int c = 0; c < ns; ++c) t += Lam[a * (1 + ns) + 1 + c] * slide_lam[sliding[c]];
       lam[active[a]] = t;
     }
-    for (int i = 0; i < n; ++i) {
-      force[i] = dot(&L[i * n], v.data(), i + 1);
-    }
-    for (int i = n - 1; i >= 0; --i) {
-      double t = X[size_t(i) * cols] + v[i];
-      for (int c = i + 1; c < n; ++c) t -= L[c * n + i] * x[c];
-      x[i] = t / L[i * n + i];
+    for (int i = 0; i < n; ++i) force[i] = root[i] * v[i];
+    for (int c = 0; c < n; ++c)
+      for (int a = lo[c]; a < hi[c]; ++a) force[below[a]] += L[c * n + below[a]] * root[c] * v[c];
+    for (int c = 0; c < n; ++c) {
+      double t = (X[size_t(c) * cols] + v[c]) / root[c];
+      for (int a = lo[c]; a < hi[c]; ++a) t -= L[c * n + below[a]] * x[below[a]];
+      x[c] = t;
     }
     // as `uk_solve` measures it: B z against e with the sliding friction's share in it, B's
     // columns against z and Y λₛ summed over X's rows (vector code, as above)
