@@ -8,7 +8,9 @@ its solve runs on the XLA route on a GPU).
 
 Columns: members, M steps/s (member-steps per second of wall clock, after compiling), the ratio
 to MuJoCo's `rollout`, ukjax's compile time (the first call's time beyond a compiled call's), and
-the largest loop-closure violation over the run (ukjax: `sol.phi` every 10th step).
+the largest loop-closure violation over the run (ukjax: `sol.phi` every 10th step). Where
+the kernel runs, a line after each of its rows gives its solve alone (a call on the batch, four
+a step) and its share of a step.
 
     python benchmarks/gpu.py [--batches 1024,16384,65536] [--steps 200] [--xla-batch 16384]
                              [--mujoco-batch 4096] [--mjx-batch 4096] [--contacts-batch 0]
@@ -65,6 +67,17 @@ def agreement(system, q0, members=64):
     return float(jnp.max(jnp.abs(kernel - xla)) / jnp.max(jnp.abs(xla)))
 
 
+def solve_alone(system, q0, batch, calls=8):
+    """The kernel's solve of `batch` states about `q0`, alone: seconds a call, over `calls`
+    calls in one program, each fed the last one's result (so that none is left out)."""
+    rng = np.random.default_rng(1)
+    q = jnp.asarray(np.asarray(q0) + 0.01 * rng.standard_normal((batch, q0.shape[0])))
+    acceleration = jax.vmap(lambda q, qd: kernels.solve(system, 0.0, q, qd).acceleration)
+    chain = jax.jit(lambda q, qd: jax.lax.fori_loop(0, calls, lambda _, qd: qd + 1e-12 * acceleration(q, qd), qd))
+    _, wall, _ = _bench.compiled_and_timed(lambda: chain(q, jnp.zeros_like(q)))
+    return wall / calls
+
+
 def row(case, route, batch, rate, baseline, compile_s=None, violation=None, failed=None):
     compiled = "" if compile_s is None else f"{compile_s:8.1f}"
     closure = "" if violation is None else f"{violation:10.1e}"
@@ -115,6 +128,9 @@ def main():
         for batch in batches:
             rate, worst, compile_s, failed = _bench.run_ukjax(system, q0, batch, args.steps)
             row(name, "ukjax kernel" if covered else "ukjax XLA", batch, rate, baseline, compile_s, worst, failed)
+            if covered:
+                alone = solve_alone(system, q0, batch)
+                print(f"{name:32s} (the kernel's solve alone: {alone * 1e3:.2f} ms a call, {4 * alone * rate / batch:.0%} of a step)")
         if covered and args.xla_batch:
             xla.append((name, system, q0, baseline))
     # the XLA route last: its compiles are the longest
