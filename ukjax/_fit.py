@@ -67,8 +67,8 @@ def _parameters(
                 f"where selected a {type(leaf).__name__} (leaf {k}); the parameters to fit must be "
                 "floating-point arrays (give the model's parameters as jnp arrays of floats)."
             )
-    # strongly typed: a weakly typed start (`jnp.array(0.3)`) traces other programs than the
-    # strongly typed iterates, which optimistix's separately compiled steps cannot combine
+    # strongly typed: a weakly typed start (`jnp.array(0.3)`) is not the type of the strongly
+    # typed iterates that the solver's loop carries, and `fit`'s jitted step would compile twice
     values = jnp.concatenate([jnp.ravel(leaf) for leaf in leaves])
     values = jnp.asarray(values, dtype=values.dtype)
     if positive and not bool(jnp.all(values > 0)):
@@ -444,8 +444,8 @@ def fit_least_squares(
         raise _explain_mode(error, jac) from error
     finally:
         _METERS.remove(meter)
-    r = np.asarray(found["residual"])
-    meter.close(int(found["steps"]), 0.5 * float(r @ r), "converged" if bool(found["done"]) and bool(found["solved"]) else "stopped")
-    return _result(params, names, found, positive, noise_std, rank_rtol, max_steps)
+    res = _result(params, names, found, positive, noise_std, rank_rtol, max_steps)
+    meter.close(res.steps, res.cost, "converged" if res.success else "stopped")
+    return res
 
 
