@@ -1,11 +1,13 @@
 // The linear algebra of one contact solve at fixed modes (`_unilateral._dense_solve`, whose
 // formulas and cut-offs this follows), for a batch of states in one XLA FFI call, one state
-// after another: M = Lᵀ D L, leaves first (a tree keeps its pattern); one substitution for the
-// applied forces, every row and the sliding friction's directions; the pseudo-inverse of the rows that the modes close, only
-// those that are not zero, through a basis of them (their Gram matrix's Cholesky factor with
-// diagonal pivoting; the minimum-norm solution where some are dependent), a one-sided Jacobi SVD
-// where that basis is ill-conditioned; the sliding contacts' coupling by Gauss–Jordan with partial pivoting; one
-// backward substitution. Built and called by `_native.py` and `_unilateral.py`.
+// after another: M = Lᵀ D L, factored from the leaves (a tree's M keeps its pattern; the XLA
+// route's Cholesky factor from the root fills it), F = Lᵀ D^½; one substitution for the applied
+// forces, every row and the sliding friction's directions; the pseudo-inverse of the rows that
+// the modes close, only those that are not zero, through a basis of them (their Gram matrix's
+// Cholesky factor with diagonal pivoting; the minimum-norm solution where some are dependent),
+// a one-sided Jacobi SVD where that basis is ill-conditioned; the sliding contacts' coupling by
+// Gauss–Jordan with partial pivoting; one substitution back. Built and called by `_native.py`
+// and `_unilateral.py`.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -357,7 +359,7 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
     }
     auto E = [&](int i, int j) { return X[size_t(i) * cols + column[j]]; };  // (A F⁻ᵀ)ᵀ, where kept
     auto Y = [&](int i, int j) { return X[size_t(i) * cols + friction[j]]; };  // F⁻¹ K, sliding only
-    // each column's squared length and its product with L⁻¹ Q, summed over X's rows (in vector
+    // each column's squared length and its product with F⁻¹ Q, summed over X's rows (in vector
     // code: a column of X is strided)
     squares.assign(cols, 0.0), with_Q.assign(cols, 0.0);
     for (int i = 0; i < n; ++i) {
@@ -381,7 +383,7 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
       for (int i = 0; i < n; ++i) Bact[a * n + i] = E(i, active[a]);
     for (int j = 0; j < P; ++j) e[j] = closing[j] != 0 ? b[j] - with_Q[column[j]] : 0.0;  // b − A M⁻¹ Q
     pinv.factor(m, n, Bact.data(), floor, cut, well);
-    // z₀ = B⁺ e, and for each sliding contact B⁺ B yᵢ (yᵢ = L⁻¹ Kᵢ)
+    // z₀ = B⁺ e, and for each sliding contact B⁺ B yᵢ (yᵢ = F⁻¹ Kᵢ)
     sliding.clear();
     for (int i = 0; i < k; ++i)
       if (slide[i] != 0) sliding.push_back(i);
