@@ -226,6 +226,31 @@ def test_fit_with_optax_optimizers_and_options():
         ukjax.fit(loss, Quadratic(jnp.array([-1.0, 1.0])), where=lambda m: m.x, positive=True, progress=False)
 
 
+def test_least_squares_reports_each_step_in_order(capfd):
+    """`fit_least_squares` runs its steps in one compiled loop; its progress meter (a host
+    callback from the loop) prints each step's cost in order in a pipe, the costs the result
+    holds, and the fit is the one without the meter. The residuals' root: a = 3, b = √2."""
+
+    class Pair(eqx.Module):
+        a: jax.Array
+        b: jax.Array
+
+    def residuals(m):
+        return jnp.stack([m.a - 3.0, m.b**2 - 2.0, m.a * m.b - 3.0 * math.sqrt(2.0)])
+
+    start = Pair(jnp.array(1.0), jnp.array(1.0))
+    quiet = ukjax.fit_least_squares(residuals, start, where=lambda m: (m.a, m.b), max_steps=10, progress=False)
+    capfd.readouterr()
+    res = ukjax.fit_least_squares(residuals, start, where=lambda m: (m.a, m.b), max_steps=10)
+    lines = capfd.readouterr().out.splitlines()
+    assert res.success and res.steps == quiet.steps < 10
+    np.testing.assert_allclose(res.values, [3.0, math.sqrt(2.0)], rtol=1e-12)
+    np.testing.assert_array_equal(res.values, quiet.values)
+    assert lines[0] == "least squares: up to 10 steps"
+    assert lines[1:-1] == [f"least squares: step {k + 1}, loss {c:.6e}" for k, c in enumerate(res.costs)]
+    assert lines[-1] == f"least squares: converged after {res.steps} steps, loss {res.cost:.6e}"
+
+
 def test_wrong_differentiation_mode_is_explained():
     system = ukjax.ExplicitSystem(lambda t, q: jnp.eye(1), lambda t, q, qd: -q)
     model = Quadratic(jnp.array([1.0]))
