@@ -272,6 +272,8 @@ enum Section {
   MOVING,
   BEFORE_START,     // per coordinate (n + 1 starts): its own body's coordinates whose motion
   BEFORE,           // comes before its own, in order
+  LOOP_START,       // per connect (k + 1 starts): the coordinates that move either of its
+  LOOP,             // bodies, in order (its rows' nonzero columns)
   SECTIONS
 };
 enum Kind { HINGE = 0, SLIDE = 1, BALL = 2, FREE = 3 };
@@ -523,8 +525,8 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
       Inertia<T> P = w.Ic[par[i]], Ci = w.Ic[i];
       w.Ic[par[i]] = {P.m + Ci.m, P.h + Ci.h, madd(P.I, Ci.I)};
     }
-  // M on the tree's pattern (zero elsewhere), plus the tendons' armature a cᵀc
-  for (int64_t e = 0; e < int64_t(n) * n; ++e) E[e] = T(0.0);
+  // M on the tree's pattern, plus the tendons' armature a cᵀc (the caller cleared E: the
+  // solve's pattern, or all of it for M's output)
   for (int j = 0; j < n; ++j) {
     S6<T> F = apply(w.Ic[cbody[j]], w.S[j]);
     Mx(j, j) = s6dot(w.S[j], F);
@@ -605,12 +607,17 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
     }
     bvec[row] = rhs;
   }
+  const int64_t *loop_start = a.section(LOOP_START), *loop = a.section(LOOP);
   for (int e = 0; e < k; ++e) {
-    // each end: position, velocity Jacobian columns and the rates at q̈ = 0
+    // each end: position, velocity Jacobian columns and the rates at q̈ = 0, on the columns
+    // that move either end (the rows are zero elsewhere)
     V3<T> xe[2], bias[2], om = zero, alpha1 = zero;
     M3<T> R1 = eye<T>();
     Arr<V3<T>> Jc[2] = {w.J0, w.J1};
-    for (int c = 0; c < n; ++c) w.J0[c] = zero, w.J1[c] = zero, w.Jw[c] = zero;
+    for (int64_t t = loop_start[e]; t < loop_start[e + 1]; ++t) {
+      int c = int(loop[t]);
+      w.J0[c] = zero, w.J1[c] = zero, w.Jw[c] = zero;
+    }
     for (int side = 0; side < 2; ++side) {
       int body = int(cb[2 * e + side]);
       V3<T> local = vconst<T>(a.connect_anchors + 6 * e + 3 * side);
@@ -631,8 +638,9 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
       if (side == 0) R1 = w.Rw[body], om = V.a, alpha1 = Acc.a;
     }
     V3<T> rv = xe[0] - xe[1], rd = zero;
-    for (int c = 0; c < n; ++c) rd = rd + qd[c] * (w.J0[c] - w.J1[c]);
-    for (int c = 0; c < n; ++c) {
+    for (int64_t t = loop_start[e]; t < loop_start[e + 1]; ++t) {
+      int c = int(loop[t]);
+      rd = rd + qd[c] * (w.J0[c] - w.J1[c]);
       V3<T> col = mtv(R1, (w.J0[c] - w.J1[c]) + cross(rv, w.Jw[c]));
       for (int u = 0; u < 3; ++u) A[int64_t(nq + 3 * e + u) * n + c] = col.v[u];
     }
@@ -641,7 +649,7 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
     for (int u = 0; u < 3; ++u) {
       int row = nq + 3 * e + u;
       T phid = T(0.0);
-      for (int c = 0; c < n; ++c) phid += A[int64_t(row) * n + c] * qd[c];
+      for (int64_t t = loop_start[e]; t < loop_start[e + 1]; ++t) phid += A[int64_t(row) * n + loop[t]] * qd[loop[t]];
       bvec[row] = T(0.0) - rhs.v[u] - ga * phid - gb * phi.v[u];
     }
   }
@@ -656,10 +664,16 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
 // (B, 2) outputs
 template <class T>
 HD void solve(const Args& a, const Work<T>& w, int64_t member) {
+  // M's entries that the factor reads: its diagonal and the solve's pattern
+  const int n = a.n;
+  const int64_t *start = a.section(SOLVE_START), *anc = a.section(SOLVE);
+  for (int c = 0; c < n; ++c) {
+    w.E[int64_t(c) * n + c] = T(0.0);
+    for (int64_t t = start[c]; t < start[c + 1]; ++t) w.E[int64_t(c) * n + anc[t]] = T(0.0);
+  }
   assemble(a, w, member);
   T inconsistency, fault;
   uk_solve(a, w, inconsistency, fault);
-  const int n = a.n;
   for (int c = 0; c < n; ++c) store(w.x[c], a.qacc, member, n, c), store(w.f[c], a.force, member, n, c);
   store(inconsistency, a.health, member, 2, 0), store(fault, a.health, member, 2, 1);
 }
@@ -670,8 +684,9 @@ HD void solve(const Args& a, const Work<T>& w, int64_t member) {
 // twists (B, n, 6), the bodies' twists and accelerations at q̈ = 0 without gravity (B, b, 6)
 template <class T>
 HD void dynamics(const Args& a, const Work<T>& w, int64_t member) {
-  assemble(a, w, member);
   const int n = a.n, b = a.b;
+  for (int64_t e = 0; e < int64_t(n) * n; ++e) w.E[e] = T(0.0);  // M whole, zero off its pattern
+  assemble(a, w, member);
   for (int i = 0; i < n; ++i) {
     store(w.Q[i], a.forces, member, n, i);
     for (int j = 0; j < n; ++j)

@@ -189,6 +189,10 @@ def _structure(tree: RigidBodyTree, connects: tuple[Connect, ...]) -> np.ndarray
         ancestors(solve_parents),
         [[c for c in range(n) if body[c] in set(chain_of(i))] for i in range(len(parents))],
         [[l for l in range(n) if body[l] == body[c] and group(l) < group(c)] for c in range(n)],
+        [
+            [c for c in range(n) if body[c] in {*chain_of(tree.body_index(c1.body1)), *chain_of(tree.body_index(c1.body2))}]
+            for c1 in connects
+        ],
     ):
         sections += [np.cumsum([0] + [len(x) for x in lists]), [a for x in lists for a in x]]
     starts = np.cumsum([len(sections) + 1] + [len(x) for x in sections])
