@@ -79,11 +79,12 @@ def _row_units(tree, constraints, norms: int) -> dict[str, tuple[list[int], str]
 
 
 def _check_success(sol, what: str) -> None:
-    """Raise for a run that did not end in SUCCESS (`main` turns it into exit status 1)."""
+    """Raise for a run (a `Solution`, or the fields of one a kept program returned) that did
+    not end in SUCCESS (`main` turns it into exit status 1)."""
     import ukjax
     from ukjax._solution import MESSAGES
 
-    status = ukjax.Status(int(sol.status))
+    status = ukjax.Status(int(sol["status"] if isinstance(sol, dict) else sol.status))
     if status != ukjax.Status.SUCCESS:
         raise RuntimeError(f"{what} ended with status {status.name}: {MESSAGES[status]}")
 
@@ -322,14 +323,17 @@ def run_fit(args: argparse.Namespace) -> None:
 
     @functools.cache
     def built():
-        """The selection of the inertial parameters, and by case the true system, its start
-        and the fit's first guess (masses +30 %, inertias −30 %): the engine, imported where a
-        kept program is not found or after the runs."""
+        """The selection of the inertial parameters, and by case the true system, its start,
+        the fit's first guess (masses +30 %, inertias −30 %) and its parameters
+        (`_fit._parameters`: their vector θ and names): the engine, imported where a kept
+        program is not found or after the runs."""
         import equinox as eqx
         import jax.numpy as jnp
 
         import ukjax
         from ukjax import models
+
+        from ._fit import _parameters
 
         def inertial(system):
             while not isinstance(system, models.PlanarChain):
@@ -348,7 +352,8 @@ def run_fit(args: argparse.Namespace) -> None:
             horizons, ((ukjax.Forced(pendulum, drive), jnp.array([1.2, -0.4]), jnp.zeros(2)), (closed, robots.q0, robots.qd0))
         ):
             masses, inertias = inertial(true)
-            cases[label] = true, q0, qd0, eqx.tree_at(inertial, true, (1.3 * masses, 0.7 * inertias))
+            start = eqx.tree_at(inertial, true, (1.3 * masses, 0.7 * inertias))
+            cases[label] = true, q0, qd0, start, _parameters(start, inertial, True)
         return inertial, cases
 
     fits = {}
@@ -359,13 +364,11 @@ def run_fit(args: argparse.Namespace) -> None:
         key = ("fit", label, horizon, max_steps)
         found = read_program(args.cache, "fit", key)
         if found is None:
-            from ._fit import _LEVENBERG_MARQUARDT, _least_squares, _parameters, _Residuals
+            from ._fit import _LEVENBERG_MARQUARDT, _least_squares, _Residuals
             from ._residuals import trajectory_residuals
             from ._simulate import simulate
 
-            inertial, cases = built()
-            true, q0, qd0, start = cases[label]
-            params, theta, _ = _parameters(start, inertial, True)
+            true, q0, qd0, start, (params, theta, _) = built()[1][label]
 
             def identify(q0, qd0):
                 """The fit's arrays (`_least_squares`' without its solver's result, an
@@ -391,14 +394,12 @@ def run_fit(args: argparse.Namespace) -> None:
         out = jax.tree.map(np.asarray, program(*arguments))
         elapsed = time.perf_counter() - clock
         for name, run in out["runs"].items():
-            if run["status"] != 0:
-                raise RuntimeError(f"the {name} simulation of the {label} did not finish (status {int(run['status'])})")
+            _check_success(run, f"the {name} simulation of the {label}")
         # the result with the engine, after the run
-        from ._fit import _parameters, _result
+        from ._fit import _result
 
         inertial, cases = built()
-        true, _, _, start = cases[label]
-        params, _, names = _parameters(start, inertial, True)
+        true, *_, (params, _, names) = cases[label]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the rank is printed below
             res = _result(params, names, out, True, None, 1e-6, max_steps)
