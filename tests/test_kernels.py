@@ -15,6 +15,7 @@ import pytest
 import ukjax
 from ukjax import models
 from ukjax._robots import kernels
+from ukjax._unilateral import OPEN, SLIDING, STICKING, Modes
 
 pytestmark = pytest.mark.xdist_group("kernels")
 
@@ -236,6 +237,108 @@ def test_kernel_dynamics_match_the_xla_route(loops):
     gradient = jax.jit(jax.grad(summed))(start)
     assert abs(float(tangent) - float(finite)) < 1e-6 * abs(float(finite))
     assert abs(float(gradient @ direction) - float(finite)) < 1e-6 * abs(float(finite))
+
+
+def _with_contacts(system):
+    """The tree with its loops under joint limits and spheres on planes (on the free body, the
+    ball-jointed one, the forearm and one fixed in the world, which no coordinate moves)."""
+    driven = system.system
+    limits = ukjax.models.JointLimits(driven, ["h1", "s1", "h3"], [-0.3, -0.1, -1.0], [0.4, 0.2, 1.0])
+    planes = ukjax.models.PlaneContacts(
+        driven,
+        ["float", "socket", "fore", "world"],
+        [[0.05, -0.02, 0.1], [0.1, 0.0, 0.0], [0.02, 0.01, -0.03], [0.3, 0.1, 0.0]],
+        [0.03, 0.0, 0.02, 0.05],
+        [[0.0, 0.0, 1.0], [0.1, 0.2, 1.0], [1.0, 0.0, 0.3], [0.0, 0.0, 1.0]],
+        [0.0, 0.3, -0.2, -0.1],
+        [0.8, 0.5, 0.6, 0.4],
+    )
+    return ukjax.ConstrainedSystem(driven, system.constraints + (limits, planes))
+
+
+def _modes(k, seed):
+    """Every mode among `k` contacts: the first limits closed and open, the spheres sticking,
+    sliding (with the direction turned by its slip where it slips) and open."""
+    rng = np.random.default_rng(seed)
+    mode = np.full(k, OPEN)
+    mode[[0, 4]] = STICKING  # a lower and an upper limit closed (no friction: they stick)
+    mode[[-4, -2]] = STICKING
+    mode[-3] = SLIDING
+    direction = rng.standard_normal((k, 2))
+    return Modes(jnp.asarray(mode, jnp.int32), jnp.asarray(direction / np.linalg.norm(direction, axis=1, keepdims=True)), jnp.asarray(rng.uniform(0.5, 2.0, k)))
+
+
+def test_contact_dynamics_match_the_xla_route(loops):
+    """The tree's solve with its limits and plane contacts in given modes as one call
+    (`kernels.in_modes`: rows, sliding directions and the contact solve in C++) against the
+    XLA route (`system.dynamics` and `solve_modes`), at random states, one by one and mapped;
+    the forward-mode derivative (the XLA route's) against central differences of the kernel."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("the contact dynamics are built for a CPU")
+    system = _with_contacts(loops[0])
+    assert kernels.contacts_covered(system) is not None
+    q, qd = _states(loops[1], 4, 5)
+    k = 3 * 2 + 4
+    modes = _modes(k, 6)
+    # slow slips keep the directions given, fast ones turn them
+    rests = jnp.array([1e-5, 1e3, 1e-5, 1e3])
+
+    def both(q, qd, rest):
+        return kernels._in_modes(system, 0.2, q, qd, modes, rest), kernels._xla_in_modes(system, 0.2, q, qd, modes, rest)
+
+    # one program for both routes, one state and mapped (each compiled apart, the test took twice as long)
+    program = jax.jit(lambda q, qd, r: (both(q[0], qd[0], r[0]), jax.vmap(both)(q, qd, r))).lower(q, qd, rests)
+    assert "ukjax_tree_contacts" in program.as_text()
+    one, mapped = jax.tree.map(np.asarray, program.compile()(q, qd, rests))
+    names = ["q̈", "constraint force", "normal", "tangent", "rate", "gap", "slip", "health"]
+    for results in (one, mapped):
+        for name, kernel, xla in zip(names, *results):
+            np.testing.assert_allclose(kernel, xla, rtol=0, atol=1e-11 * max(1.0, np.max(np.abs(xla))), err_msg=name)
+    assert np.all(mapped[0][-1][:, 1:] == 1.0)  # positive definite, solvable
+    # a contact sliding, another sticking, a limit closed
+    assert np.all(mapped[0][2][:, [0, -3, -2]] != 0)
+
+    summed = _contact_summary(system, q[0], qd[0], modes)
+
+    @jax.jit
+    def derivatives():
+        h = 1e-6
+        return (summed(h) - summed(-h)) / (2 * h), jax.jvp(summed, (0.0,), (1.0,))[1]
+
+    finite, tangent = derivatives()
+    assert abs(float(tangent) - float(finite)) < 1e-6 * abs(float(finite))
+
+
+def _contact_summary(system, q, qd, modes):
+    """A scalar of the contact dynamics on the kernel along a step `s` in q and the masses."""
+    weights = jnp.asarray(np.random.default_rng(7).standard_normal(q.shape[0]))
+
+    def summed(s):
+        heavier = eqx.tree_at(lambda x: x.system.system.masses, system, system.system.system.masses * (1 + s))
+        x, force, normal, tangent, *_ = kernels._in_modes(heavier, 0.2, q + s, qd, modes, 1e-5)
+        return jnp.sum(weights * x) + jnp.sum(normal**2) + jnp.sum(tangent)
+
+    return summed
+
+
+@pytest.mark.slow
+def test_contact_dynamics_reverse_mode_against_differences(loops):
+    """The kernel's contact dynamics in reverse mode (the XLA route's, transposed) against
+    central differences. Out of the default suite: its program compiles in about 30 s on 2
+    cores (`pytest -m slow` runs it)."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("the contact dynamics are built for a CPU")
+    system = _with_contacts(loops[0])
+    q, qd = _states(loops[1], 1, 5)
+    summed = _contact_summary(system, q[0], qd[0], _modes(10, 6))
+
+    @jax.jit
+    def derivatives():
+        h = 1e-6
+        return (summed(h) - summed(-h)) / (2 * h), jax.grad(summed)(0.0)
+
+    finite, gradient = derivatives()
+    assert abs(float(gradient) - float(finite)) < 1e-6 * abs(float(finite))
 
 
 @pytest.mark.filterwarnings("ignore:The simulation starts off its constraints")  # random states

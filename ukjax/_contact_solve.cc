@@ -279,20 +279,15 @@ void Pseudoinverse::factor(int rows, int columns, const double* rows_B, double f
 
 }  // namespace
 
-static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::F64> Qb, ffi::Buffer<ffi::F64> Rb,
-                                     ffi::Buffer<ffi::F64> bb, ffi::Buffer<ffi::F64> closing_b,
-                                     ffi::Buffer<ffi::F64> Kb, ffi::Buffer<ffi::F64> slide_b, int64_t p_eq,
-                                     int64_t scales, double floor, double cut, double well,
-                                     ffi::ResultBuffer<ffi::F64> x_out,
-                                     ffi::ResultBuffer<ffi::F64> force_out, ffi::ResultBuffer<ffi::F64> lam_out,
-                                     ffi::ResultBuffer<ffi::F64> slide_out, ffi::ResultBuffer<ffi::F64> mobility_out,
-                                     ffi::ResultBuffer<ffi::F64> free_out, ffi::ResultBuffer<ffi::F64> health_out) {
-  auto qdims = Qb.dimensions();
-  const int n = int(qdims.back());
-  const int P = int(bb.dimensions().back());
-  const int k = int(slide_b.dimensions().back());
-  const int64_t batch = int64_t(Qb.element_count()) / std::max(n, 1);
-  const int p = int(p_eq);
+// One state's contact solve (the FFI handler's per state, and `kernels.cc`'s contact dynamics):
+// M (n × n), Q (n), the rows R (P × n, the first `p` the equalities, then k normal rows and 2k
+// tangent ones), their right-hand sides b, `closing` (1 where a row is imposed), the sliding
+// friction's directions K (n × k) and `slide` (1 where a contact slides); results as
+// `_unilateral._dense_solve` gives them.
+void ukjax_contact_solve_state(int n, int P, int k, int p, const double* M, const double* Q, const double* R,
+                               const double* b, const double* closing, const double* K, const double* slide,
+                               bool scales, double floor, double cut, double well, double* x, double* force,
+                               double* lam_o, double* slide_o, double* mobility, double* free_rate, double* health) {
   // the work space, kept by each thread from one call to the next (a simulation calls this
   // for one state at a time)
   static thread_local Pseudoinverse pinv;
@@ -301,199 +296,205 @@ static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::
   L.resize(size_t(n) * n), root.resize(n), lo.resize(n), hi.resize(n);
   e.resize(P), column.resize(P), friction.resize(k), row_of.resize(P);
   z.resize(n), v.resize(n), lam.resize(P), slide_lam.resize(k), norms.resize(P), zcol.resize(n);
-  for (int64_t s = 0; s < batch; ++s) {
-    const double* M = Mb.typed_data() + s * n * n;
-    const double* Q = Qb.typed_data() + s * n;
-    const double* R = Rb.typed_data() + s * P * n;
-    const double* b = bb.typed_data() + s * P;
-    const double* closing = closing_b.typed_data() + s * P;
-    const double* K = Kb.typed_data() + s * n * k;
-    const double* slide = slide_b.typed_data() + s * k;
-    double* x = x_out->typed_data() + s * n;
-    double* force = force_out->typed_data() + s * n;
-    double* lam_o = lam_out->typed_data() + s * P;
-    double* slide_o = slide_out->typed_data() + s * k;
-    double* mobility = mobility_out->typed_data() + s * k;
-    double* free_rate = free_out->typed_data() + s * k;
-    double* health = health_out->typed_data() + s * 3;
-    // M = Lᵀ D L = F Fᵀ with F = Lᵀ D^½, and M's symmetry to √ε (`mass_check`)
-    double largest = 0, asymmetry = 0;
-    for (int i = 0; i < n * n; ++i) largest = std::max(largest, std::fabs(M[i]));
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j < i; ++j) asymmetry = std::max(asymmetry, std::fabs(M[i * n + j] - M[j * n + i]));
-    bool mass_ok = factor_leaves_first(n, M, L.data(), lo.data(), hi.data(), below) && asymmetry <= std::sqrt(EPS) * largest;
-    for (int c = 0; c < n; ++c) root[c] = std::sqrt(L[c * n + c]);  // D^½
-    if (!mass_ok) {
-      std::fill(x, x + n, NaN), std::fill(force, force + n, NaN), std::fill(lam_o, lam_o + P, NaN);
-      std::fill(slide_o, slide_o + k, NaN), std::fill(mobility, mobility + k, NaN);
-      std::fill(free_rate, free_rate + k, NaN);
-      health[0] = NaN, health[1] = 0, health[2] = NaN;
+  // M = Lᵀ D L = F Fᵀ with F = Lᵀ D^½, and M's symmetry to √ε (`mass_check`)
+  double largest = 0, asymmetry = 0;
+  for (int i = 0; i < n * n; ++i) largest = std::max(largest, std::fabs(M[i]));
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < i; ++j) asymmetry = std::max(asymmetry, std::fabs(M[i * n + j] - M[j * n + i]));
+  bool mass_ok = factor_leaves_first(n, M, L.data(), lo.data(), hi.data(), below) && asymmetry <= std::sqrt(EPS) * largest;
+  for (int c = 0; c < n; ++c) root[c] = std::sqrt(L[c * n + c]);  // D^½
+  if (!mass_ok) {
+    std::fill(x, x + n, NaN), std::fill(force, force + n, NaN), std::fill(lam_o, lam_o + P, NaN);
+    std::fill(slide_o, slide_o + k, NaN), std::fill(mobility, mobility + k, NaN);
+    std::fill(free_rate, free_rate + k, NaN);
+    health[0] = NaN, health[1] = 0, health[2] = NaN;
+    return;
+  }
+  // X = F⁻¹ [Q | Rᵀ | K], of the rows only those closed (and, for the contacts' scales, the
+  // normal ones), of K only the sliding contacts' columns: Lᵀ's substitution from the last
+  // coordinate, then D^-½
+  int cols = 1;
+  for (int j = 0; j < P; ++j) column[j] = closing[j] != 0 || (scales && j >= p && j < p + k) ? cols++ : -1;
+  for (int j = 0; j < k; ++j) friction[j] = slide[j] != 0 ? cols++ : -1;
+  X.resize(size_t(n) * cols);
+  for (int i = 0; i < n; ++i) {
+    double* row = &X[size_t(i) * cols];
+    row[0] = Q[i];
+    for (int j = 0; j < P; ++j)
+      if (column[j] >= 0) row[column[j]] = R[j * n + i];
+    for (int j = 0; j < k; ++j)
+      if (friction[j] >= 0) row[friction[j]] = K[i * k + j];
+  }
+  for (int c = n - 1; c >= 0; --c) {
+    const double* done = &X[size_t(c) * cols];
+    for (int a = lo[c]; a < hi[c]; ++a) {
+      const double l = L[c * n + below[a]];
+      double* row = &X[size_t(below[a]) * cols];
+      for (int j = 0; j < cols; ++j) row[j] -= l * done[j];
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    double* row = &X[size_t(i) * cols];
+    for (int j = 0; j < cols; ++j) row[j] /= root[i];
+  }
+  auto E = [&](int i, int j) { return X[size_t(i) * cols + column[j]]; };  // (A F⁻ᵀ)ᵀ, where kept
+  auto Y = [&](int i, int j) { return X[size_t(i) * cols + friction[j]]; };  // F⁻¹ K, sliding only
+  // each column's squared length and its product with F⁻¹ Q, summed over X's rows (in vector
+  // code: a column of X is strided)
+  squares.assign(cols, 0.0), with_Q.assign(cols, 0.0);
+  for (int i = 0; i < n; ++i) {
+    const double* row = &X[size_t(i) * cols];
+    for (int j = 0; j < cols; ++j) squares[j] += row[j] * row[j], with_Q[j] += row[j] * row[0];
+  }
+  // the closed rows, and those of them above the cut-off (`gram_factor`'s `negligible`)
+  double longest = 0;
+  std::fill(norms.begin(), norms.end(), 0.0);
+  for (int j = 0; j < P; ++j) {
+    if (closing[j] == 0) continue;
+    norms[j] = std::sqrt(squares[column[j]]);
+    longest = std::max(longest, norms[j]);
+  }
+  active.clear();
+  for (int j = 0; j < P; ++j)
+    if (closing[j] != 0 && norms[j] > cut * longest) active.push_back(j);
+  const int m = int(active.size());
+  Bact.assign(size_t(m) * n, 0.0);
+  for (int a = 0; a < m; ++a)
+    for (int i = 0; i < n; ++i) Bact[a * n + i] = E(i, active[a]);
+  for (int j = 0; j < P; ++j) e[j] = closing[j] != 0 ? b[j] - with_Q[column[j]] : 0.0;  // b − A M⁻¹ Q
+  pinv.factor(m, n, Bact.data(), floor, cut, well);
+  // z₀ = B⁺ e, and for each sliding contact B⁺ B yᵢ (yᵢ = F⁻¹ Kᵢ)
+  sliding.clear();
+  for (int i = 0; i < k; ++i)
+    if (slide[i] != 0) sliding.push_back(i);
+  const int ns = int(sliding.size());
+  Z.assign(size_t(n) * (1 + ns), 0.0), Lam.assign(size_t(m) * (1 + ns), 0.0), rhs.resize(m), lcol.resize(m);
+  for (int col = 0; col <= ns; ++col) {
+    for (int a = 0; a < m; ++a) {
+      if (col == 0) {
+        rhs[a] = e[active[a]];
+      } else {
+        double t = 0;
+        for (int i = 0; i < n; ++i) t += Bact[a * n + i] * Y(i, sliding[col - 1]);
+        rhs[a] = t;
+      }
+    }
+    pinv.solve(rhs.data(), zcol.data(), lcol.data());
+    for (int i = 0; i < n; ++i) Z[i * (1 + ns) + col] = zcol[i];
+    for (int a = 0; a < m; ++a) Lam[a * (1 + ns) + col] = lcol[a];
+  }
+  // the sliding contacts' normal forces: (I − G) λₛ = λ₀ on the sliding contacts' normal rows
+  std::fill(row_of.begin(), row_of.end(), -1);
+  for (int a = 0; a < m; ++a) row_of[active[a]] = a;
+  auto lam_at = [&](int row, int col) { return row_of[row] < 0 ? 0.0 : Lam[row_of[row] * (1 + ns) + col]; };
+  A.resize(size_t(ns) * ns), y.resize(ns);
+  for (int a = 0; a < ns; ++a) {
+    for (int c = 0; c < ns; ++c) A[a * ns + c] = (a == c) - lam_at(p + sliding[a], 1 + c);
+    y[a] = lam_at(p + sliding[a], 0);
+  }
+  double pivot = k > 0 ? 1.0 : std::numeric_limits<double>::infinity();
+  for (int i = 0; i < ns; ++i) {
+    int best = i;
+    for (int r = i + 1; r < ns; ++r)
+      if (std::fabs(A[r * ns + i]) > std::fabs(A[best * ns + i])) best = r;
+    if (best != i) {
+      for (int c = 0; c < ns; ++c) std::swap(A[i * ns + c], A[best * ns + c]);
+      std::swap(y[i], y[best]);
+    }
+    double g = A[i * ns + i];
+    for (int r = 0; r < ns; ++r) {
+      if (r == i) continue;
+      double f = A[r * ns + i] / g;
+      for (int c = 0; c < ns; ++c) A[r * ns + c] -= f * A[i * ns + c];
+      y[r] -= f * y[i];
+    }
+  }
+  std::fill(slide_lam.begin(), slide_lam.end(), 0.0);
+  for (int i = 0; i < ns; ++i) {
+    double g = A[i * ns + i];
+    pivot = std::min(pivot, std::fabs(g));
+    if (g != g) pivot = NaN;
+    slide_lam[sliding[i]] = y[i] / g;
+  }
+  // z, λ, the force F (z − Y λₛ) and q̈ = F⁻ᵀ (F⁻¹ Q + z − Y λₛ)
+  for (int i = 0; i < n; ++i) {
+    double t = Z[i * (1 + ns)], u = 0;
+    for (int c = 0; c < ns; ++c) {
+      t += Z[i * (1 + ns) + 1 + c] * slide_lam[sliding[c]];
+      u += Y(i, sliding[c]) * slide_lam[sliding[c]];
+    }
+    z[i] = t, v[i] = t - u;
+  }
+  std::fill(lam.begin(), lam.end(), 0.0);
+  for (int a = 0; a < m; ++a) {
+    double t = Lam[a * (1 + ns)];
+    for (int c = 0; c < ns; ++c) t += Lam[a * (1 + ns) + 1 + c] * slide_lam[sliding[c]];
+    lam[active[a]] = t;
+  }
+  for (int i = 0; i < n; ++i) force[i] = root[i] * v[i];
+  for (int c = 0; c < n; ++c)
+    for (int a = lo[c]; a < hi[c]; ++a) force[below[a]] += L[c * n + below[a]] * root[c] * v[c];
+  for (int c = 0; c < n; ++c) {
+    double t = (X[size_t(c) * cols] + v[c]) / root[c];
+    for (int a = lo[c]; a < hi[c]; ++a) t -= L[c * n + below[a]] * x[below[a]];
+    x[c] = t;
+  }
+  // as `uk_solve` measures it: B z against e with the sliding friction's share in it, B's
+  // columns against z and Y λₛ summed over X's rows (vector code, as above)
+  for (int i = 0; i < n; ++i) {
+    double t = 0;
+    for (int c = 0; c < ns; ++c) t += Y(i, sliding[c]) * slide_lam[sliding[c]];
+    v[i] = t;  // Y λₛ (v is spent)
+  }
+  with_z.assign(cols, 0.0), with_slide.assign(cols, 0.0);
+  for (int i = 0; i < n; ++i) {
+    const double* row = &X[size_t(i) * cols];
+    for (int j = 0; j < cols; ++j) with_z[j] += row[j] * z[i], with_slide[j] += row[j] * v[i];
+  }
+  double residual = 0, target_norm = 0, frobenius = 0, z_norm = dot(z.data(), z.data(), n);
+  for (int j = 0; j < P; ++j) {
+    const bool kept = closing[j] != 0;
+    const double t = e[j] + (kept ? with_slide[column[j]] : 0.0), bz = kept ? with_z[column[j]] : 0.0;
+    frobenius += kept ? squares[column[j]] : 0.0;
+    target_norm += t * t;
+    residual += (bz - t) * (bz - t);
+  }
+  double scale = std::sqrt(target_norm) + std::sqrt(frobenius) * std::sqrt(z_norm);
+  // each contact's inverse effective mass and its rate under the applied forces alone
+  for (int i = 0; i < k; ++i) {
+    if (!scales) {
+      mobility[i] = free_rate[i] = NaN;
       continue;
     }
-    // X = F⁻¹ [Q | Rᵀ | K], of the rows only those closed (and, for the contacts' scales, the
-    // normal ones), of K only the sliding contacts' columns: Lᵀ's substitution from the last
-    // coordinate, then D^-½
-    int cols = 1;
-    for (int j = 0; j < P; ++j) column[j] = closing[j] != 0 || (scales && j >= p && j < p + k) ? cols++ : -1;
-    for (int j = 0; j < k; ++j) friction[j] = slide[j] != 0 ? cols++ : -1;
-    X.resize(size_t(n) * cols);
-    for (int i = 0; i < n; ++i) {
-      double* row = &X[size_t(i) * cols];
-      row[0] = Q[i];
-      for (int j = 0; j < P; ++j)
-        if (column[j] >= 0) row[column[j]] = R[j * n + i];
-      for (int j = 0; j < k; ++j)
-        if (friction[j] >= 0) row[friction[j]] = K[i * k + j];
-    }
-    for (int c = n - 1; c >= 0; --c) {
-      const double* done = &X[size_t(c) * cols];
-      for (int a = lo[c]; a < hi[c]; ++a) {
-        const double l = L[c * n + below[a]];
-        double* row = &X[size_t(below[a]) * cols];
-        for (int j = 0; j < cols; ++j) row[j] -= l * done[j];
-      }
-    }
-    for (int i = 0; i < n; ++i) {
-      double* row = &X[size_t(i) * cols];
-      for (int j = 0; j < cols; ++j) row[j] /= root[i];
-    }
-    auto E = [&](int i, int j) { return X[size_t(i) * cols + column[j]]; };  // (A F⁻ᵀ)ᵀ, where kept
-    auto Y = [&](int i, int j) { return X[size_t(i) * cols + friction[j]]; };  // F⁻¹ K, sliding only
-    // each column's squared length and its product with F⁻¹ Q, summed over X's rows (in vector
-    // code: a column of X is strided)
-    squares.assign(cols, 0.0), with_Q.assign(cols, 0.0);
-    for (int i = 0; i < n; ++i) {
-      const double* row = &X[size_t(i) * cols];
-      for (int j = 0; j < cols; ++j) squares[j] += row[j] * row[j], with_Q[j] += row[j] * row[0];
-    }
-    // the closed rows, and those of them above the cut-off (`gram_factor`'s `negligible`)
-    double longest = 0;
-    std::fill(norms.begin(), norms.end(), 0.0);
-    for (int j = 0; j < P; ++j) {
-      if (closing[j] == 0) continue;
-      norms[j] = std::sqrt(squares[column[j]]);
-      longest = std::max(longest, norms[j]);
-    }
-    active.clear();
-    for (int j = 0; j < P; ++j)
-      if (closing[j] != 0 && norms[j] > cut * longest) active.push_back(j);
-    const int m = int(active.size());
-    Bact.assign(size_t(m) * n, 0.0);
-    for (int a = 0; a < m; ++a)
-      for (int i = 0; i < n; ++i) Bact[a * n + i] = E(i, active[a]);
-    for (int j = 0; j < P; ++j) e[j] = closing[j] != 0 ? b[j] - with_Q[column[j]] : 0.0;  // b − A M⁻¹ Q
-    pinv.factor(m, n, Bact.data(), floor, cut, well);
-    // z₀ = B⁺ e, and for each sliding contact B⁺ B yᵢ (yᵢ = F⁻¹ Kᵢ)
-    sliding.clear();
-    for (int i = 0; i < k; ++i)
-      if (slide[i] != 0) sliding.push_back(i);
-    const int ns = int(sliding.size());
-    Z.assign(size_t(n) * (1 + ns), 0.0), Lam.assign(size_t(m) * (1 + ns), 0.0), rhs.resize(m), lcol.resize(m);
-    for (int col = 0; col <= ns; ++col) {
-      for (int a = 0; a < m; ++a) {
-        if (col == 0) {
-          rhs[a] = e[active[a]];
-        } else {
-          double t = 0;
-          for (int i = 0; i < n; ++i) t += Bact[a * n + i] * Y(i, sliding[col - 1]);
-          rhs[a] = t;
-        }
-      }
-      pinv.solve(rhs.data(), zcol.data(), lcol.data());
-      for (int i = 0; i < n; ++i) Z[i * (1 + ns) + col] = zcol[i];
-      for (int a = 0; a < m; ++a) Lam[a * (1 + ns) + col] = lcol[a];
-    }
-    // the sliding contacts' normal forces: (I − G) λₛ = λ₀ on the sliding contacts' normal rows
-    std::fill(row_of.begin(), row_of.end(), -1);
-    for (int a = 0; a < m; ++a) row_of[active[a]] = a;
-    auto lam_at = [&](int row, int col) { return row_of[row] < 0 ? 0.0 : Lam[row_of[row] * (1 + ns) + col]; };
-    A.resize(size_t(ns) * ns), y.resize(ns);
-    for (int a = 0; a < ns; ++a) {
-      for (int c = 0; c < ns; ++c) A[a * ns + c] = (a == c) - lam_at(p + sliding[a], 1 + c);
-      y[a] = lam_at(p + sliding[a], 0);
-    }
-    double pivot = k > 0 ? 1.0 : std::numeric_limits<double>::infinity();
-    for (int i = 0; i < ns; ++i) {
-      int best = i;
-      for (int r = i + 1; r < ns; ++r)
-        if (std::fabs(A[r * ns + i]) > std::fabs(A[best * ns + i])) best = r;
-      if (best != i) {
-        for (int c = 0; c < ns; ++c) std::swap(A[i * ns + c], A[best * ns + c]);
-        std::swap(y[i], y[best]);
-      }
-      double g = A[i * ns + i];
-      for (int r = 0; r < ns; ++r) {
-        if (r == i) continue;
-        double f = A[r * ns + i] / g;
-        for (int c = 0; c < ns; ++c) A[r * ns + c] -= f * A[i * ns + c];
-        y[r] -= f * y[i];
-      }
-    }
-    std::fill(slide_lam.begin(), slide_lam.end(), 0.0);
-    for (int i = 0; i < ns; ++i) {
-      double g = A[i * ns + i];
-      pivot = std::min(pivot, std::fabs(g));
-      if (g != g) pivot = NaN;
-      slide_lam[sliding[i]] = y[i] / g;
-    }
-    // z, λ, the force F (z − Y λₛ) and q̈ = F⁻ᵀ (F⁻¹ Q + z − Y λₛ)
-    for (int i = 0; i < n; ++i) {
-      double t = Z[i * (1 + ns)], u = 0;
-      for (int c = 0; c < ns; ++c) {
-        t += Z[i * (1 + ns) + 1 + c] * slide_lam[sliding[c]];
-        u += Y(i, sliding[c]) * slide_lam[sliding[c]];
-      }
-      z[i] = t, v[i] = t - u;
-    }
-    std::fill(lam.begin(), lam.end(), 0.0);
-    for (int a = 0; a < m; ++a) {
-      double t = Lam[a * (1 + ns)];
-      for (int c = 0; c < ns; ++c) t += Lam[a * (1 + ns) + 1 + c] * slide_lam[sliding[c]];
-      lam[active[a]] = t;
-    }
-    for (int i = 0; i < n; ++i) force[i] = root[i] * v[i];
-    for (int c = 0; c < n; ++c)
-      for (int a = lo[c]; a < hi[c]; ++a) force[below[a]] += L[c * n + below[a]] * root[c] * v[c];
-    for (int c = 0; c < n; ++c) {
-      double t = (X[size_t(c) * cols] + v[c]) / root[c];
-      for (int a = lo[c]; a < hi[c]; ++a) t -= L[c * n + below[a]] * x[below[a]];
-      x[c] = t;
-    }
-    // as `uk_solve` measures it: B z against e with the sliding friction's share in it, B's
-    // columns against z and Y λₛ summed over X's rows (vector code, as above)
-    for (int i = 0; i < n; ++i) {
-      double t = 0;
-      for (int c = 0; c < ns; ++c) t += Y(i, sliding[c]) * slide_lam[sliding[c]];
-      v[i] = t;  // Y λₛ (v is spent)
-    }
-    with_z.assign(cols, 0.0), with_slide.assign(cols, 0.0);
-    for (int i = 0; i < n; ++i) {
-      const double* row = &X[size_t(i) * cols];
-      for (int j = 0; j < cols; ++j) with_z[j] += row[j] * z[i], with_slide[j] += row[j] * v[i];
-    }
-    double residual = 0, target_norm = 0, frobenius = 0, z_norm = dot(z.data(), z.data(), n);
-    for (int j = 0; j < P; ++j) {
-      const bool kept = closing[j] != 0;
-      const double t = e[j] + (kept ? with_slide[column[j]] : 0.0), bz = kept ? with_z[column[j]] : 0.0;
-      frobenius += kept ? squares[column[j]] : 0.0;
-      target_norm += t * t;
-      residual += (bz - t) * (bz - t);
-    }
-    double scale = std::sqrt(target_norm) + std::sqrt(frobenius) * std::sqrt(z_norm);
-    // each contact's inverse effective mass and its rate under the applied forces alone
-    for (int i = 0; i < k; ++i) {
-      if (!scales) {
-        mobility[i] = free_rate[i] = NaN;
-        continue;
-      }
-      mobility[i] = squares[column[p + i]], free_rate[i] = with_Q[column[p + i]];
-    }
-    std::copy(lam.begin(), lam.end(), lam_o);
-    std::copy(slide_lam.begin(), slide_lam.end(), slide_o);
-    health[0] = std::sqrt(residual) / (scale > 0 ? scale : 1.0);
-    health[1] = 1.0;
-    health[2] = pivot;
+    mobility[i] = squares[column[p + i]], free_rate[i] = with_Q[column[p + i]];
   }
+  std::copy(lam.begin(), lam.end(), lam_o);
+  std::copy(slide_lam.begin(), slide_lam.end(), slide_o);
+  health[0] = std::sqrt(residual) / (scale > 0 ? scale : 1.0);
+  health[1] = 1.0;
+  health[2] = pivot;
+}
+
+static ffi::Error UkContactSolveImpl(ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::F64> Qb, ffi::Buffer<ffi::F64> Rb,
+                                     ffi::Buffer<ffi::F64> bb, ffi::Buffer<ffi::F64> closing_b,
+                                     ffi::Buffer<ffi::F64> Kb, ffi::Buffer<ffi::F64> slide_b, int64_t p_eq,
+                                     int64_t scales, double floor, double cut, double well,
+                                     ffi::ResultBuffer<ffi::F64> x_out,
+                                     ffi::ResultBuffer<ffi::F64> force_out, ffi::ResultBuffer<ffi::F64> lam_out,
+                                     ffi::ResultBuffer<ffi::F64> slide_out, ffi::ResultBuffer<ffi::F64> mobility_out,
+                                     ffi::ResultBuffer<ffi::F64> free_out, ffi::ResultBuffer<ffi::F64> health_out) {
+  const int n = int(Qb.dimensions().back());
+  const int P = int(bb.dimensions().back());
+  const int k = int(slide_b.dimensions().back());
+  const int64_t batch = int64_t(Qb.element_count()) / std::max(n, 1);
+  for (int64_t s = 0; s < batch; ++s)
+    ukjax_contact_solve_state(n, P, k, int(p_eq), Mb.typed_data() + s * n * n, Qb.typed_data() + s * n,
+                              Rb.typed_data() + s * P * n, bb.typed_data() + s * P, closing_b.typed_data() + s * P,
+                              Kb.typed_data() + s * n * k, slide_b.typed_data() + s * k, scales != 0, floor, cut,
+                              well, x_out->typed_data() + s * n, force_out->typed_data() + s * n,
+                              lam_out->typed_data() + s * P, slide_out->typed_data() + s * k,
+                              mobility_out->typed_data() + s * k, free_out->typed_data() + s * k,
+                              health_out->typed_data() + s * 3);
   return ffi::Error::Success();
 }
 

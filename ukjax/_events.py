@@ -24,7 +24,9 @@ from ._unilateral import (
     SLIDING,
     STICKING,
     TOUCH,
+    ContactState,
     Modes,
+    contact_state,
     inverse_masses,
     norm,
     select_modes,
@@ -79,15 +81,14 @@ _EVENT_SCALE = 1e-6
 _SLIDE_SPEED = 1e3
 
 
-def mode_values(contacts, sol, modes, force_scale):
+def mode_values(c: ContactState, sol, modes, force_scale):
     """Positive while every contact's mode holds: an open contact's gap, a closed one's
     normal force, a sticking one's margin inside the friction cone, a sliding one's slip
     along the direction it started in. The least of them, scaled (`_EVENT_SCALE`)."""
-    c = contacts
-    slip = jnp.einsum("kd,kd->k", c.tangent.phid.reshape(-1, 2), modes.direction)
+    slip = jnp.einsum("kd,kd->k", c.slip, modes.direction)
     friction = c.friction > 0
     values = [
-        jnp.where(modes.mode == OPEN, c.normal.phi + _GAP_OFFSET, jnp.inf),
+        jnp.where(modes.mode == OPEN, c.gap + _GAP_OFFSET, jnp.inf),
         jnp.where(modes.mode != OPEN, sol.normal / force_scale + PULL * _FORCE_OFFSET, jnp.inf),
         jnp.where(
             (modes.mode == STICKING) & friction,
@@ -110,8 +111,8 @@ def _event_value(s, y, args):
     """`mode_values` at `y`, in the normalised time `s`, in the modes of `args`."""
     system, t0, span, modes, rest, force_scale = args
     q, qd = y[:2]
-    d, _, sol = solve_in_modes(system, t0 + s * span, q, qd, modes, rest)
-    return mode_values(d.levels[-1].contacts, sol, modes, force_scale)
+    _, sol, state = solve_in_modes(system, t0 + s * span, q, qd, modes, rest)
+    return mode_values(state, sol, modes, force_scale)
 
 
 def _transition(system, t, q, qd, rest_speed):
@@ -199,7 +200,7 @@ def _transition(system, t, q, qd, rest_speed):
     # the modes from here on; their forces only scale the event values (off the tape)
     d = system.dynamics(t, q, qd)
     _, (modes, sol, settled) = solve_levels(d, differentiable=False)
-    value = mode_values(d.levels[-1].contacts, sol, modes, sol.scale)
+    value = mode_values(contact_state(d.levels[-1].contacts), sol, modes, sol.scale)
     valid = valid_coefficients(c.friction, c.restitution)
     return q, qd, modes, jump.normal, sol.scale, value, penetration, converged & settled & valid, valid
 

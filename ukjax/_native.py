@@ -7,7 +7,8 @@ programs traced after it is set.
 - `_robots/kernels.cc`: the U-K solve of a rigid-body tree (`_robots/kernels.py`), and its
   `M` and `Q` alone, built for chunks of `LANES` states and for one, and (the solve) for a GPU.
 - `_contact_solve.cc`: the linear algebra of a contact solve at fixed modes
-  (`_unilateral.solve_modes`).
+  (`_unilateral.solve_modes`), which the tree kernel's contact dynamics also calls
+  (`kernels.in_modes`).
 """
 
 import ctypes
@@ -29,6 +30,8 @@ _SOURCES = (Path(__file__).with_name("_robots") / "kernels.cc", Path(__file__).w
 # Cassie 36 µs against 168 for a padded chunk (eight states: 237 µs one by one, 174 as a chunk).
 LANES = 32
 CONTACT_SOLVE = "ukjax_contact_solve"
+# a tree's acceleration with its limits and plane contacts in given modes (`kernels.in_modes`)
+TREE_CONTACTS = "ukjax_tree_contacts"
 
 
 def _cache_dir() -> Path:
@@ -118,6 +121,7 @@ def built() -> bool:
             dynamics_target(lanes), jax.ffi.pycapsule(handles[str(lanes)].UkTreeDynamics), platform="cpu"
         )
     jax.ffi.register_ffi_target(CONTACT_SOLVE, jax.ffi.pycapsule(handles["1"].UkContactSolve), platform="cpu")
+    jax.ffi.register_ffi_target(TREE_CONTACTS, jax.ffi.pycapsule(handles["1"].UkTreeContacts), platform="cpu")
     return True
 
 
@@ -178,7 +182,7 @@ def targets() -> list[str]:
         return []
     names = []
     if built():
-        names = [tree_target(LANES), tree_target(1), dynamics_target(LANES), dynamics_target(1), CONTACT_SOLVE]
+        names = [tree_target(LANES), tree_target(1), dynamics_target(LANES), dynamics_target(1), CONTACT_SOLVE, TREE_CONTACTS]
     if jax.default_backend() == "gpu" and built_cuda() and tree_target(1) not in names:
         names.append(tree_target(1))
     return names

@@ -13,12 +13,12 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, PyTree
 
-from ._core import sqrt_eps
+from ._core import UKSolution, sqrt_eps
 from ._projection import drift_step
 from ._robots import kernels
 from ._solution import FATAL, HEALTH
-from ._systems import solve_levels
-from ._unilateral import sliding_now
+from ._systems import contact_level, solve_levels
+from ._unilateral import ContactSolution, ContactState, contact_state, sliding_now
 
 
 def stiff_solver(rtol: float = 1e-8, atol: float = 1e-8) -> diffrax.AbstractSolver:
@@ -98,7 +98,7 @@ def _rates(s, q, qd, args):
     else:
         from ._events import mode_values  # which imports this module
 
-        d, sol, contacts = solve_in_modes(system, t, q, qd, modes, rest)
+        sol, contacts, state = solve_in_modes(system, t, q, qd, modes, rest)
     # Results follow the state's dtype even where the model's parameters are wider.
     qdd = sol.acceleration.astype(qd.dtype)
     nonfinite = ~(jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)))
@@ -121,18 +121,23 @@ def _rates(s, q, qd, args):
         # and last the event's value at this state, not scaled: a step's last stage is at its
         # end (Tsit5's and Kvaerno5's), where `integrate` reads it instead of solving again;
         # finite, for its integral is carried too (and read by nothing)
-        value = mode_values(d.levels[-1].contacts, contacts, modes, force_scale)
+        value = mode_values(state, contacts, modes, force_scale)
         value = jnp.minimum(value, jnp.finfo(qd.dtype).max).astype(qd.dtype)
         return span * qd, span * qdd, jnp.concatenate([span * record, value[None]])
     return span * qd, span * qdd, span * record
 
 
-def solve_in_modes(system, t, q, qd, modes, rest):
-    """`system`'s dynamics at `(t, q, q̇)` and their solve with its contacts in `modes`
-    (sliding as `sliding_now` says with `rest`): `(Dynamics, UKSolution, ContactSolution)`."""
+def solve_in_modes(system, t, q, qd, modes, rest) -> tuple[UKSolution, ContactSolution, ContactState]:
+    """`system`'s solve at `(t, q, q̇)` with its contacts in `modes` (sliding as `sliding_now`
+    says with `rest`), and its contacts' state: by one call of the tree kernel where it runs for
+    `system` (`kernels.in_modes`), else by XLA."""
+    fused = kernels.in_modes(system, t, q, qd, modes, rest)
+    if fused is not None:
+        contacts, state = fused
+        return contact_level(contacts, contacts.solvable), contacts, state
     d = system.dynamics(t, q, qd)
     sol, (_, contacts, _) = solve_levels(d, sliding_now(modes, d.levels[-1].contacts, rest))
-    return d, sol, contacts
+    return sol, contacts, contact_state(d.levels[-1].contacts)
 
 
 def events_norm(error) -> Array:

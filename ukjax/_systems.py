@@ -10,14 +10,23 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float, Real
+from jaxtyping import Array, ArrayLike, Bool, Float, Real
 
 from ._animate import Sketch, join
 from ._arrays import as_inexact
 from ._constraints import AbstractConstraint, Baumgarte, ConstraintRows, stack_rows
 from ._core import Method, UKSolution, check_method, check_shapes, free_solve, uk_solve
 from ._projection import Projection, project
-from ._unilateral import AbstractUnilateral, ContactRows, Modes, candidates, concatenate, select_modes, solve_modes
+from ._unilateral import (
+    AbstractUnilateral,
+    ContactRows,
+    ContactSolution,
+    Modes,
+    candidates,
+    concatenate,
+    select_modes,
+    solve_modes,
+)
 
 Time = Real[ArrayLike, ""]
 Coordinates = Float[Array, " n"]
@@ -81,6 +90,19 @@ def solve_contacts(M, Q, level: ConstraintLevel, modes: Modes | None = None, dif
     return modes, sol, sol.solvable
 
 
+def contact_level(c: ContactSolution, converged: Bool[Array, ""], nonideal=None) -> UKSolution:
+    """A level's `UKSolution` from its contact solve `c` (`nonideal` its non-ideal force):
+    no modes solving the contact problem (Painlevé's paradox, or a search that did not end)
+    read as constraints that cannot be met."""
+    return UKSolution(
+        c.x,
+        c.constraint_force + (0 if nonideal is None else nonideal),
+        jnp.where(converged, c.inconsistency, jnp.inf),
+        c.mass_ok,
+        jnp.array(True),
+    )
+
+
 def solve_levels(
     d: Dynamics, modes: Modes | None = None, differentiable: bool = True
 ) -> tuple[UKSolution, tuple | None]:
@@ -104,15 +126,7 @@ def solve_levels(
         else:
             contacts = solve_contacts(d.M, Q, level, modes, differentiable)
             _, c, converged = contacts
-            # no modes solving the contact problem (Painlevé's paradox, or a search that did
-            # not end) read as constraints that cannot be met
-            sol = UKSolution(
-                c.x,
-                c.constraint_force + (0 if level.nonideal is None else level.nonideal),
-                jnp.where(converged, c.inconsistency, jnp.inf),
-                c.mass_ok,
-                jnp.array(True),
-            )
+            sol = contact_level(c, converged, level.nonideal)
         Q = Q + sol.constraint_force
         sols.append(sol)
     solution = UKSolution(

@@ -45,6 +45,9 @@ PULL, CONE = 1e-9, 1e-6
 # Each contact's force scale is kept this far above zero, relative to the largest, so that a
 # contact with no load at all still has a finite scale.
 _SCALE_FLOOR = 1e-12
+# The sliding contacts' coupling `I − S G S` counts as singular (no mode solves the problem:
+# Painlevé's paradox) where its smallest pivot is at or below this.
+PIVOT_FLOOR = 1e-8
 
 
 class ContactRows(eqx.Module):
@@ -212,6 +215,20 @@ class Modes(NamedTuple):
     weight: Float[Array, " k"]
 
 
+class ContactState(NamedTuple):
+    """What the events read of the contacts at a state besides their forces: the gaps `g`,
+    shape (k,), the slips (the tangent rows' rates), shape (k, 2), and Coulomb's `μ`, shape (k,)."""
+
+    gap: Float[Array, " k"]
+    slip: Float[Array, "k 2"]
+    friction: Float[Array, " k"]
+
+
+def contact_state(contacts: ContactRows) -> ContactState:
+    """The `ContactState` of `contacts`' rows."""
+    return ContactState(contacts.normal.phi, contacts.tangent.phid.reshape(-1, 2), contacts.friction)
+
+
 class ContactSolution(NamedTuple):
     """One solve of the equality and contact rows for given modes.
 
@@ -287,7 +304,7 @@ def solve_modes(
     else:
         x, force, lam, lam_slide, mobility, free, health = _dense_solve(*arguments, p)
     inconsistency, mass_ok, pivot = health
-    solvable = jnp.all(jnp.isfinite(lam_slide)) & (pivot > 1e-8)
+    solvable = jnp.all(jnp.isfinite(lam_slide)) & (pivot > PIVOT_FLOOR)
     normal = jnp.where(closed, lam[p : p + k], 0)
     sticking = jnp.where(stick[:, None], (root * lam[p + k :]).reshape(k, 2), 0)
     sliding = -(jnp.where(slide, contacts.friction * normal, 0))[:, None] * modes.direction

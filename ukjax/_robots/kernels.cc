@@ -855,7 +855,7 @@ static ffi::Error members(const Args& a, int64_t B, int64_t space, Each each) {
   if (B % C) return ffi::Error::InvalidArgument("the batch must be a multiple of the lanes per chunk");
   // kept by each thread from one call to the next: a simulation calls for one state at a time
   static thread_local std::vector<double> memory;
-  if (C > 1) {
+  if constexpr (C > 1) {
     Carver sizing{nullptr, 1, 0};
     Work<L>(sizing, a);
     memory.resize(sizing.used / sizeof(double) + sizeof(L) / sizeof(double));
@@ -895,5 +895,149 @@ static ffi::Error UkTreeDynamicsImpl(UKJAX_TREE_INPUTS, ffi::ResultBuffer<ffi::F
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeDynamics, UkTreeDynamicsImpl, f64_results<7>(UKJAX_TREE_BINDING(ffi::Ffi::Bind())));
+
+#if UKJAX_LANES == 1
+// the linear algebra of one contact solve at fixed modes (`_contact_solve.cc`)
+void ukjax_contact_solve_state(int n, int P, int k, int p, const double* M, const double* Q, const double* R,
+                               const double* b, const double* closing, const double* K, const double* slide,
+                               bool scales, double floor, double cut, double well, double* x, double* force,
+                               double* lam, double* slide_lam, double* mobility, double* free_rate, double* health);
+
+enum ContactKind { LOWER_LIMIT = 0, UPPER_LIMIT = 1, PLANE = 2 };
+enum Mode { OPEN = 0, SLIDING = 1, STICKING = 2 };
+
+// A tree's acceleration under its equality rows and its contacts in given modes
+// (`kernels.in_modes`: `_stepping.solve_in_modes` for a tree with joint limits and spheres on
+// planes fixed in the world): M, Q and the equality rows as `dynamics` and `solve` assemble
+// them; each contact's rows in closed form, as `JointLimits.contact_rows` and
+// `PlaneContacts.contact_rows` write them (`contact_index`: per contact its `ContactKind` and
+// its coordinate or body, -1 the world; `contact_data`: a limit's bound, or a sphere's centre
+// in its body, radius, the plane's normal and offset and its two tangents); the sliding
+// directions turned as `sliding_now` turns them; then the contact solve, as `solve_modes` does it
+// without the contacts' scales. Per member: q̈, the constraint force, the contacts' normal and
+// tangential forces, the normal rows' rates `A q̈ − b`, the gaps and slips, and (inconsistency,
+// 1 where M is positive definite, 1 where the sliding contacts' normal forces are solvable).
+static ffi::Error UkTreeContactsImpl(UKJAX_TREE_INPUTS, ffi::Buffer<ffi::S64> contact_index,
+                                     ffi::Buffer<ffi::F64> contact_data, ffi::Buffer<ffi::F64> friction_b,
+                                     ffi::Buffer<ffi::F64> mode_b, ffi::Buffer<ffi::F64> direction_b,
+                                     ffi::Buffer<ffi::F64> weight_b, ffi::Buffer<ffi::F64> rest_b, double rank_floor,
+                                     double cut, double well, double pivot_floor, ffi::ResultBuffer<ffi::F64> qacc,
+                                     ffi::ResultBuffer<ffi::F64> force, ffi::ResultBuffer<ffi::F64> normal_out,
+                                     ffi::ResultBuffer<ffi::F64> tangent_out, ffi::ResultBuffer<ffi::F64> rate_out,
+                                     ffi::ResultBuffer<ffi::F64> gap_out, ffi::ResultBuffer<ffi::F64> slip_out,
+                                     ffi::ResultBuffer<ffi::F64> health_out) {
+  Args a = arguments(UKJAX_TREE_CALL);
+  const int n = a.n, k = int(friction_b.dimensions()[0]);
+  const int pe = a.p, P = pe + 3 * k;  // the equality rows (the norms', the connects', the caller's), then the contacts'
+  const int width = int(contact_data.dimensions()[1]);
+  const int64_t* index = contact_index.typed_data();
+  const double *data = contact_data.typed_data(), *mu = friction_b.typed_data();
+  const int64_t *moving_start = a.section(MOVING_START), *moving = a.section(MOVING);
+  static thread_local std::vector<double> M, Q, R, rhs, bias_n, closing, K, slide, direction, root, lam, slide_lam, unused;
+  M.resize(size_t(n) * n), Q.resize(n), R.resize(size_t(P) * n), rhs.resize(P), bias_n.resize(k), closing.resize(P);
+  K.resize(size_t(n) * k), slide.resize(k), direction.resize(2 * k), root.resize(k), lam.resize(P);
+  slide_lam.resize(k), unused.resize(2 * k);
+  // one work space, laid out compactly (the GPU's layout, as `members` lays a lane's out, puts a
+  // member's values a tile apart: Cassie's M alone then spans 300 KiB)
+  static thread_local std::vector<double> memory;
+  Carver sizing{nullptr, 1, 0};
+  Work<double>(sizing, a);
+  memory.resize(sizing.used / sizeof(double) + 1);
+  Carver carver{reinterpret_cast<char*>(memory.data()), 1, 0};
+  const Work<double> w(carver, a);
+  for (int64_t m = 0; m < qpos.dimensions()[0]; ++m) {
+    for (int64_t e = 0; e < int64_t(n) * n; ++e) w.E[e] = 0.0;
+    assemble(a, w, m);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) M[i * n + j] = w.E[int64_t(std::max(i, j)) * n + std::min(i, j)];
+    for (int i = 0; i < n; ++i) Q[i] = w.Q[i];
+    std::fill(R.begin(), R.end(), 0.0);
+    for (int row = 0; row < pe; ++row) {
+      for (int c = 0; c < n; ++c) R[row * n + c] = w.A[int64_t(row) * n + c];
+      rhs[row] = w.bvec[row], closing[row] = 1.0;
+    }
+    const double *mode = mode_b.typed_data() + m * k, *weight = weight_b.typed_data() + m * k;
+    double *gap = gap_out->typed_data() + m * k, *slip = slip_out->typed_data() + m * 2 * k;
+    // each contact's normal row, then its two tangent rows, their right-hand sides, its gap and slip
+    for (int i = 0; i < k; ++i) {
+      double *An = &R[size_t(pe + i) * n], *At = &R[size_t(pe + k + 2 * i) * n];
+      const double* d = data + i * width;
+      const int kind = int(index[2 * i]), id = int(index[2 * i + 1]);
+      double bt[2] = {0.0, 0.0};
+      if (kind != PLANE) {
+        const double sign = kind == LOWER_LIMIT ? 1.0 : -1.0;
+        An[id] = sign, gap[i] = sign * (w.q[id] - d[0]), bias_n[i] = 0.0;
+      } else {
+        const V3<double> centre = vconst<double>(d), normal = vconst<double>(d + 4), tangents[2] = {vconst<double>(d + 8), vconst<double>(d + 11)};
+        const double radius = d[3];
+        V3<double> x = centre, bias = zero3<double>(), alpha = zero3<double>();
+        if (id >= 0) {
+          x = w.pw[id] + mv(w.Rw[id], centre);
+          const S6<double> V = w.Vb[id], Acc = w.Ab[id];
+          bias = Acc.b + cross(Acc.a, x) + cross(V.a, V.b + cross(V.a, x)), alpha = Acc.a;
+          // the slip is the body's material point's at the touching point (it rolls)
+          const V3<double> touching = x - radius * normal;
+          for (int64_t t = moving_start[id]; t < moving_start[id + 1]; ++t) {
+            const int c = int(moving[t]);
+            const S6<double> Sc = w.S[c];
+            An[c] = dot(normal, Sc.b + cross(Sc.a, x));
+            const V3<double> v = Sc.b + cross(Sc.a, touching);
+            At[c] = dot(tangents[0], v), At[n + c] = dot(tangents[1], v);
+          }
+        }
+        gap[i] = dot(normal, x) - radius - d[7], bias_n[i] = -dot(normal, bias);
+        const V3<double> rolling = bias + radius * cross(normal, alpha);
+        bt[0] = -dot(tangents[0], rolling), bt[1] = -dot(tangents[1], rolling);
+      }
+      double rates[2] = {0.0, 0.0};
+      for (int c = 0; c < n; ++c) rates[0] += At[c] * w.qd[c], rates[1] += At[n + c] * w.qd[c];
+      slip[2 * i] = rates[0], slip[2 * i + 1] = rates[1];
+      // a sliding contact's direction: its slip's where it slips faster than `rest` and forwards
+      const double *given = direction_b.typed_data() + m * 2 * k + 2 * i, speed = std::hypot(rates[0], rates[1]);
+      const bool turn = mode[i] == SLIDING && speed > rest_b.typed_data()[m] &&
+                        rates[0] * given[0] + rates[1] * given[1] > 0;
+      direction[2 * i] = turn ? rates[0] / speed : given[0], direction[2 * i + 1] = turn ? rates[1] / speed : given[1];
+      // a sticking contact's tangent rows scaled by √weight (its share of the friction)
+      const bool stick = mode[i] == STICKING;
+      slide[i] = mode[i] == SLIDING && mu[i] > 0 ? 1.0 : 0.0, root[i] = std::sqrt(weight[i]);
+      closing[pe + i] = mode[i] != OPEN ? 1.0 : 0.0, rhs[pe + i] = mode[i] != OPEN ? bias_n[i] : 0.0;
+      for (int e = 0; e < 2; ++e) {
+        closing[pe + k + 2 * i + e] = stick ? 1.0 : 0.0, rhs[pe + k + 2 * i + e] = stick ? root[i] * bt[e] : 0.0;
+        for (int c = 0; c < n; ++c) At[e * n + c] *= root[i];
+      }
+      for (int c = 0; c < n; ++c)
+        K[c * k + i] = slide[i] * mu[i] * (At[c] * direction[2 * i] + At[n + c] * direction[2 * i + 1]) / root[i];
+    }
+    double* x = qacc->typed_data() + m * n;
+    double health[3];
+    ukjax_contact_solve_state(n, P, k, pe, M.data(), Q.data(), R.data(), rhs.data(), closing.data(), K.data(),
+                              slide.data(), false, rank_floor, cut, well, x, force->typed_data() + m * n, lam.data(),
+                              slide_lam.data(), unused.data(), unused.data() + k, health);
+    double *normal = normal_out->typed_data() + m * k, *tangent = tangent_out->typed_data() + m * 2 * k;
+    double *rate = rate_out->typed_data() + m * k, *out = health_out->typed_data() + m * 3;
+    bool solvable = health[2] > pivot_floor;
+    for (int i = 0; i < k; ++i) {
+      solvable = solvable && std::isfinite(slide_lam[i]);
+      normal[i] = mode[i] != OPEN ? lam[pe + i] : 0.0;
+      for (int e = 0; e < 2; ++e)
+        tangent[2 * i + e] = (mode[i] == STICKING ? root[i] * lam[pe + k + 2 * i + e] : 0.0) -
+                             slide[i] * mu[i] * normal[i] * direction[2 * i + e];
+      double Ax = 0.0;
+      for (int c = 0; c < n; ++c) Ax += R[size_t(pe + i) * n + c] * x[c];
+      rate[i] = Ax - bias_n[i];
+    }
+    out[0] = health[0], out[1] = health[1], out[2] = solvable ? 1.0 : 0.0;
+  }
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    UkTreeContacts, UkTreeContactsImpl,
+    f64_results<8>(f64_buffers<6>(UKJAX_TREE_BINDING(ffi::Ffi::Bind()).Arg<ffi::Buffer<ffi::S64>>())
+                       .Attr<double>("rank_floor")
+                       .Attr<double>("cut")
+                       .Attr<double>("well")
+                       .Attr<double>("pivot_floor")));
+#endif
 
 #endif

@@ -9,7 +9,9 @@ evaluated in XLA and handed to it (`covered`). A tree's `M` and `Q` alone come f
 (`mass_and_forces`, `RigidBodyTree.dynamics`), with the kinematics and the bodies' motion
 they were computed from (`motion`), which the rows of loops and contacts read: a system with
 contacts solves its rows with the contact solve's kernel, and took 34 µs per state on
-Cassie's `M` and `Q` in XLA.
+Cassie's `M` and `Q` in XLA. Between events a tree with joint limits and spheres on planes
+takes its whole acceleration in given modes from one call (`in_modes`): the rows, the sliding
+directions and the contact solve (`_contact_solve.cc`) in C++.
 
 The same source is built for an NVIDIA GPU with CUDA's compiler, one thread per member (on an
 H200, 2026-11-27: see `benchmarks/gpu.py`). It is built by `_native` (once per machine and
@@ -30,11 +32,22 @@ from jaxtyping import Array, Float
 
 from .._constraints import AbstractConstraint, Baumgarte, stack_rows
 from .._core import UKSolution
-from .._linalg import negligible, rank_tolerance
-from .._native import LANES, built, built_cuda, dynamics_target, enabled, tree_target
+from .._linalg import WELL_CONDITIONED, negligible, rank_tolerance
+from .._native import LANES, TREE_CONTACTS, built, built_cuda, dynamics_target, enabled, tree_target
 from .._systems import AbstractSystem, ConstrainedSystem, Forced
-from .._unilateral import AbstractUnilateral
+from .._unilateral import (
+    PIVOT_FLOOR,
+    AbstractUnilateral,
+    ContactSolution,
+    ContactState,
+    Modes,
+    _per_contact,
+    contact_state,
+    sliding_now,
+    solve_modes,
+)
 from .actuators import Actuated
+from .contacts import JointLimits, PlaneContacts, tangent_basis
 from .equalities import Connect
 from . import algorithms
 from .joints import Kinematics
@@ -223,8 +236,9 @@ def _dynamics_call(tree: RigidBodyTree, q: Float[Array, "B n"], qd: Float[Array,
     return _ffi(dynamics_target, shapes, parts, q, qd, outside, lanes, SPACE)
 
 
-def _ffi(target, shapes, parts: Parts, q, qd, outside, lanes, space):
-    """`kernels.cc`'s handler `target(lanes)` on `B` states, its results of `shapes` per state."""
+def _ffi(target, shapes, parts: Parts, q, qd, outside, lanes, space, extra=(), **attributes):
+    """`kernels.cc`'s handler `target(lanes)` on `B` states, its results of `shapes` per state;
+    `extra` its further inputs and `attributes` its further attributes (a build of one lane)."""
     B, n = q.shape
     if outside is None:
         outside = (jnp.zeros_like(q), jnp.zeros((B, 0, n), q.dtype), jnp.zeros((B, 0), q.dtype))
@@ -268,12 +282,14 @@ def _ffi(target, shapes, parts: Parts, q, qd, outside, lanes, space):
         q,
         qd,
         *outside,
+        *extra,
         alpha=np.float64(alpha),
         beta=np.float64(beta),
         floor=np.float64(rank_tolerance(max(p, 1), q.dtype)),
         zero_row=np.float64(negligible(p, n, q.dtype) ** 2),
         p=np.int64(p),
         space=np.int64(space),
+        **attributes,
     )
     return tuple(x[:B] for x in results)
 
@@ -393,3 +409,110 @@ def motion(tree: RigidBodyTree, q: Float[Array, " n"], qd: Float[Array, " n"]) -
         return kin, algorithms.motion(tree, kin, qd)
     _, _, rotations, positions, twists, V, A = _dynamics(tree, q, qd, False)
     return Kinematics(rotations, positions, twists), (V, A)
+
+
+def contacts_covered(system) -> tuple[Parts, tuple[JointLimits | PlaneContacts, ...]] | None:
+    """`system` in the parts that `kernels.cc`'s contact dynamics (`UkTreeContacts`) takes,
+    with its unilateral constraints, or None. It takes a `ConstrainedSystem` (no non-ideal
+    force, not sequential) of a tree's `JointLimits` and `PlaneContacts`, with equality
+    constraints as `covered` takes them."""
+    if not isinstance(system, ConstrainedSystem) or system.nonideal is not None or system.sequential:
+        return None
+    unilateral = tuple(c for c in system.constraints if isinstance(c, AbstractUnilateral))
+    if not unilateral or any(type(c) not in (JointLimits, PlaneContacts) for c in unilateral):
+        return None
+    equalities = tuple(c for c in system.constraints if not isinstance(c, AbstractUnilateral))
+    # the contact solve reads no `method`: the equalities' parts as the tree kernel's solve takes them
+    inner = ConstrainedSystem(system.system, equalities, system.stabilization) if equalities else system.system
+    parts = covered(inner)
+    return None if parts is None else (parts, unilateral)
+
+
+def _contact_tables(tree: RigidBodyTree, unilateral, dtype):
+    """The contacts as `UkTreeContacts` reads them, in `ConstrainedSystem.contact_rows`' order:
+    each one's kind and its coordinate or body (`ContactKind`, (k, 2), a constant), its data
+    ((k, 14): a limit's bound, or a sphere's centre, radius, its plane's normal and offset and
+    tangents) and its friction ((k,))."""
+    index, data, friction = [], [], []
+    for c in unilateral:
+        if isinstance(c, JointLimits):
+            coordinates = [tree.joint_index(name) for name in c.joints]
+            index += [(0, i) for i in coordinates] + [(1, i) for i in coordinates]
+            bounds = jnp.concatenate([c.lower, c.upper]).astype(dtype)
+            data.append(jnp.pad(bounds[:, None], ((0, 0), (0, 13))))
+            friction.append(jnp.zeros(bounds.shape, dtype))
+        else:
+            k = len(c.bodies)
+            index += [(2, tree.body_index(body)) for body in c.bodies]
+            normals = c.normals.astype(dtype)
+            columns = [c.centres, c.radii[:, None], normals, c.offsets[:, None], tangent_basis(normals).reshape(k, 6)]
+            data.append(jnp.concatenate([x.astype(dtype) for x in columns], axis=1))
+            friction.append(_per_contact(c.friction, k, "PlaneContacts friction").astype(dtype))
+    return np.array(index, np.int64), jnp.concatenate(data), jnp.concatenate(friction)
+
+
+def _xla_in_modes(system, t, q, qd, modes: Modes, rest):
+    """`_in_modes` by XLA: `system.dynamics` and `solve_modes` (the reference, and the
+    derivatives)."""
+    d = system.dynamics(t, q, qd)
+    level = d.levels[-1]
+    sol = solve_modes(d.M, d.Q, level.rows, level.contacts, sliding_now(modes, level.contacts, rest), scales=False)
+    state = contact_state(level.contacts)
+    health = jnp.stack([sol.inconsistency, sol.mass_ok.astype(q.dtype), sol.solvable.astype(q.dtype)])
+    return sol.x, sol.constraint_force, sol.normal, sol.tangent, sol.rate, state.gap, state.slip, health
+
+
+@eqx.filter_custom_jvp
+def _in_modes(system, t, q, qd, modes: Modes, rest):
+    parts, unilateral = contacts_covered(system)
+    n, dtype = q.shape[0], q.dtype
+    index, data, friction = _contact_tables(parts.tree, unilateral, dtype)
+    k = index.shape[0]
+    F, A, b = _outside(parts, t, q, qd)
+    # the solve's rows: the equalities (the quaternions' norms, the connects', the caller's), then
+    # k normal and 2k tangent
+    P = len(parts.tree._quaternions()) + 3 * len(parts.connects) + b.shape[0] + 3 * k
+    shapes = ((n,), (n,), (k,), (k, 2), (k,), (k,), (k, 2), (3,))
+    per_state = (modes.mode.astype(dtype), modes.direction.astype(dtype), modes.weight.astype(dtype), jnp.reshape(rest, (1,)).astype(dtype))
+    results = _ffi(
+        lambda _: TREE_CONTACTS,
+        shapes,
+        parts,
+        q[None],
+        qd[None],
+        (F[None], A[None], b[None]),
+        1,
+        SPACE,
+        extra=(index, data, friction, *(x[None] for x in per_state)),
+        rank_floor=np.float64(rank_tolerance(P, dtype)),
+        cut=np.float64(negligible(P, n, dtype)),
+        well=np.float64(WELL_CONDITIONED),
+        pivot_floor=np.float64(PIVOT_FLOOR),
+    )
+    return tuple(x[0] for x in results)
+
+
+@_in_modes.def_jvp
+def _in_modes_jvp(primals, tangents):
+    # the tangent from the XLA route (the kernel has no derivative), in every parameter
+    _, tangent = eqx.filter_jvp(_xla_in_modes, primals, tangents)
+    return _in_modes(*primals), tangent
+
+
+def in_modes(system, t, q: Float[Array, " n"], qd: Float[Array, " n"], modes: Modes, rest) -> tuple[ContactSolution, ContactState] | None:
+    """`system`'s contact solve at `(t, q, q̇)` in `modes` (sliding as `sliding_now` turns them
+    with `rest`; no contact scales), and its contacts' `ContactState`, by one call of the tree
+    kernel where it runs for `system` (`contacts_covered`, float64 on a CPU, the kernels built),
+    else None. Cassie standing: one call where XLA ran some 230 small kernels around the tree
+    kernel's `M`, `Q` and the contact solve's. Under `vmap` the members one by one; derivatives
+    from the XLA route."""
+    covered_parts = contacts_covered(system)
+    dtypes = {x.dtype for x in jax.tree.leaves(system) if eqx.is_inexact_array(x)} | {q.dtype, qd.dtype}
+    if covered_parts is None or dtypes != {jnp.dtype(jnp.float64)} or jax.default_backend() != "cpu":
+        return None
+    if not (enabled() and built()):
+        return None
+    x, force, normal, tangent, rate, gap, slip, (inconsistency, mass_ok, solvable) = _in_modes(system, t, q, qd, modes, rest)
+    friction = _contact_tables(covered_parts[0].tree, covered_parts[1], q.dtype)[2]
+    sol = ContactSolution(x, force, normal, tangent, rate, jnp.full_like(normal, jnp.nan), inconsistency, mass_ok > 0, solvable > 0)
+    return sol, ContactState(gap, slip, friction)
