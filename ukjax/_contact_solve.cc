@@ -291,7 +291,7 @@ void ukjax_contact_solve_state(int n, int P, int k, int p, const double* M, cons
   // the work space, kept by each thread from one call to the next (a simulation calls this
   // for one state at a time)
   static thread_local Pseudoinverse pinv;
-  static thread_local std::vector<int> active, column, friction, sliding, row_of, lo, hi, below;
+  static thread_local std::vector<int> active, column, kept, friction, sliding, row_of, lo, hi, below;
   static thread_local std::vector<double> squares, with_Q, with_z, with_slide, L, root, X, Bact, e, z, v, lam, slide_lam, norms, Z, Lam, rhs, zcol, lcol, A, y;
   L.resize(size_t(n) * n), root.resize(n), lo.resize(n), hi.resize(n);
   e.resize(P), column.resize(P), friction.resize(k), row_of.resize(P);
@@ -314,14 +314,17 @@ void ukjax_contact_solve_state(int n, int P, int k, int p, const double* M, cons
   // normal ones), of K only the sliding contacts' columns: Lᵀ's substitution from the last
   // coordinate, then D^-½
   int cols = 1;
-  for (int j = 0; j < P; ++j) column[j] = closing[j] != 0 || (scales && j >= p && j < p + k) ? cols++ : -1;
+  kept.clear();  // the rows taken, in their columns' order (Cassie standing: 28 of 123)
+  for (int j = 0; j < P; ++j) {
+    column[j] = closing[j] != 0 || (scales && j >= p && j < p + k) ? cols++ : -1;
+    if (column[j] >= 0) kept.push_back(j);
+  }
   for (int j = 0; j < k; ++j) friction[j] = slide[j] != 0 ? cols++ : -1;
   X.resize(size_t(n) * cols);
   for (int i = 0; i < n; ++i) {
     double* row = &X[size_t(i) * cols];
     row[0] = Q[i];
-    for (int j = 0; j < P; ++j)
-      if (column[j] >= 0) row[column[j]] = R[j * n + i];
+    for (size_t t = 0; t < kept.size(); ++t) row[1 + t] = R[kept[t] * n + i];
     for (int j = 0; j < k; ++j)
       if (friction[j] >= 0) row[friction[j]] = K[i * k + j];
   }
