@@ -265,7 +265,8 @@ def _modes(k, seed):
     mode[[-4, -2]] = STICKING
     mode[-3] = SLIDING
     direction = rng.standard_normal((k, 2))
-    return Modes(jnp.asarray(mode, jnp.int32), jnp.asarray(direction / np.linalg.norm(direction, axis=1, keepdims=True)), jnp.asarray(rng.uniform(0.5, 2.0, k)))
+    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+    return Modes(jnp.asarray(mode, jnp.int32), jnp.asarray(direction), jnp.asarray(rng.uniform(0.5, 2.0, k)))
 
 
 def test_contact_dynamics_match_the_xla_route(loops):
@@ -280,20 +281,23 @@ def test_contact_dynamics_match_the_xla_route(loops):
     q, qd = _states(loops[1], 4, 5)
     k = 3 * 2 + 4
     modes = _modes(k, 6)
-    # slow slips keep the directions given, fast ones turn them
+    # a low `rest` turns a sliding direction to its slip, a high one keeps the one given
     rests = jnp.array([1e-5, 1e3, 1e-5, 1e3])
 
     def both(q, qd, rest):
-        return kernels._in_modes(system, 0.2, q, qd, modes, rest), kernels._xla_in_modes(system, 0.2, q, qd, modes, rest)
+        arguments = (system, 0.2, q, qd, modes, rest)
+        return kernels._in_modes(*arguments), kernels._xla_in_modes(*arguments)
 
     # one program for both routes, one state and mapped (each compiled apart, the test took twice as long)
-    program = jax.jit(lambda q, qd, r: (both(q[0], qd[0], r[0]), jax.vmap(both)(q, qd, r))).lower(q, qd, rests)
+    program = jax.jit(lambda q, qd, r: (both(q[0], qd[0], r[0]), jax.vmap(both)(q, qd, r)))
+    program = program.lower(q, qd, rests)
     assert "ukjax_tree_contacts" in program.as_text()
     one, mapped = jax.tree.map(np.asarray, program.compile()(q, qd, rests))
     names = ["q̈", "constraint force", "normal", "tangent", "rate", "gap", "slip", "health"]
     for results in (one, mapped):
         for name, kernel, xla in zip(names, *results):
-            np.testing.assert_allclose(kernel, xla, rtol=0, atol=1e-11 * max(1.0, np.max(np.abs(xla))), err_msg=name)
+            scale = max(1.0, np.max(np.abs(xla)))
+            np.testing.assert_allclose(kernel, xla, rtol=0, atol=1e-11 * scale, err_msg=name)
     assert np.all(mapped[0][-1][:, 1:] == 1.0)  # positive definite, solvable
     # a contact sliding, another sticking, a limit closed
     assert np.all(mapped[0][2][:, [0, -3, -2]] != 0)

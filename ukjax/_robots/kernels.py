@@ -423,9 +423,16 @@ def contacts_covered(system) -> tuple[Parts, tuple[JointLimits | PlaneContacts, 
         return None
     equalities = tuple(c for c in system.constraints if not isinstance(c, AbstractUnilateral))
     # the contact solve reads no `method`: the equalities' parts as the tree kernel's solve takes them
-    inner = ConstrainedSystem(system.system, equalities, system.stabilization) if equalities else system.system
+    inner = system.system
+    if equalities:
+        inner = ConstrainedSystem(system.system, equalities, system.stabilization)
     parts = covered(inner)
     return None if parts is None else (parts, unilateral)
+
+
+# `kernels.cc`'s `ContactKind`s, and the width of a contact's data
+_LOWER, _UPPER, _PLANE = 0, 1, 2
+_CONTACT_DATA = 14
 
 
 def _contact_tables(tree: RigidBodyTree, unilateral, dtype):
@@ -437,15 +444,16 @@ def _contact_tables(tree: RigidBodyTree, unilateral, dtype):
     for c in unilateral:
         if isinstance(c, JointLimits):
             coordinates = [tree.joint_index(name) for name in c.joints]
-            index += [(0, i) for i in coordinates] + [(1, i) for i in coordinates]
+            index += [(_LOWER, i) for i in coordinates] + [(_UPPER, i) for i in coordinates]
             bounds = jnp.concatenate([c.lower, c.upper]).astype(dtype)
-            data.append(jnp.pad(bounds[:, None], ((0, 0), (0, 13))))
+            data.append(jnp.pad(bounds[:, None], ((0, 0), (0, _CONTACT_DATA - 1))))
             friction.append(jnp.zeros(bounds.shape, dtype))
         else:
             k = len(c.bodies)
-            index += [(2, tree.body_index(body)) for body in c.bodies]
+            index += [(_PLANE, tree.body_index(body)) for body in c.bodies]
             normals = c.normals.astype(dtype)
-            columns = [c.centres, c.radii[:, None], normals, c.offsets[:, None], tangent_basis(normals).reshape(k, 6)]
+            tangents = tangent_basis(normals).reshape(k, 6)
+            columns = [c.centres, c.radii[:, None], normals, c.offsets[:, None], tangents]
             data.append(jnp.concatenate([x.astype(dtype) for x in columns], axis=1))
             friction.append(_per_contact(c.friction, k, "PlaneContacts friction").astype(dtype))
     return np.array(index, np.int64), jnp.concatenate(data), jnp.concatenate(friction)
@@ -456,7 +464,8 @@ def _xla_in_modes(system, t, q, qd, modes: Modes, rest):
     derivatives)."""
     d = system.dynamics(t, q, qd)
     level = d.levels[-1]
-    sol = solve_modes(d.M, d.Q, level.rows, level.contacts, sliding_now(modes, level.contacts, rest), scales=False)
+    turned = sliding_now(modes, level.contacts, rest)
+    sol = solve_modes(d.M, d.Q, level.rows, level.contacts, turned, scales=False)
     state = contact_state(level.contacts)
     health = jnp.stack([sol.inconsistency, sol.mass_ok.astype(q.dtype), sol.solvable.astype(q.dtype)])
     return sol.x, sol.constraint_force, sol.normal, sol.tangent, sol.rate, state.gap, state.slip, health
@@ -473,7 +482,7 @@ def _in_modes(system, t, q, qd, modes: Modes, rest):
     # k normal and 2k tangent
     P = len(parts.tree._quaternions()) + 3 * len(parts.connects) + b.shape[0] + 3 * k
     shapes = ((n,), (n,), (k,), (k, 2), (k,), (k,), (k, 2), (3,))
-    per_state = (modes.mode.astype(dtype), modes.direction.astype(dtype), modes.weight.astype(dtype), jnp.reshape(rest, (1,)).astype(dtype))
+    per_state = (modes.mode, modes.direction, modes.weight, jnp.reshape(rest, (1,)))
     results = _ffi(
         lambda _: TREE_CONTACTS,
         shapes,
@@ -483,7 +492,7 @@ def _in_modes(system, t, q, qd, modes: Modes, rest):
         (F[None], A[None], b[None]),
         1,
         SPACE,
-        extra=(index, data, friction, *(x[None] for x in per_state)),
+        extra=(index, data, friction, *(x.astype(dtype)[None] for x in per_state)),
         rank_floor=np.float64(rank_tolerance(P, dtype)),
         cut=np.float64(negligible(P, n, dtype)),
         well=np.float64(WELL_CONDITIONED),
@@ -499,20 +508,22 @@ def _in_modes_jvp(primals, tangents):
     return _in_modes(*primals), tangent
 
 
-def in_modes(system, t, q: Float[Array, " n"], qd: Float[Array, " n"], modes: Modes, rest) -> tuple[ContactSolution, ContactState] | None:
+def in_modes(
+    system, t, q: Float[Array, " n"], qd: Float[Array, " n"], modes: Modes, rest
+) -> tuple[ContactSolution, ContactState] | None:
     """`system`'s contact solve at `(t, q, q̇)` in `modes` (sliding as `sliding_now` turns them
     with `rest`; no contact scales), and its contacts' `ContactState`, by one call of the tree
     kernel where it runs for `system` (`contacts_covered`, float64 on a CPU, the kernels built),
     else None. Cassie standing: one call where XLA ran some 230 small kernels around the tree
     kernel's `M`, `Q` and the contact solve's. Under `vmap` the members one by one; derivatives
     from the XLA route."""
-    covered_parts = contacts_covered(system)
+    parts = contacts_covered(system)
     dtypes = {x.dtype for x in jax.tree.leaves(system) if eqx.is_inexact_array(x)} | {q.dtype, qd.dtype}
-    if covered_parts is None or dtypes != {jnp.dtype(jnp.float64)} or jax.default_backend() != "cpu":
+    float64 = dtypes == {jnp.dtype(jnp.float64)}
+    if parts is None or not float64 or jax.default_backend() != "cpu" or not (enabled() and built()):
         return None
-    if not (enabled() and built()):
-        return None
-    x, force, normal, tangent, rate, gap, slip, (inconsistency, mass_ok, solvable) = _in_modes(system, t, q, qd, modes, rest)
-    friction = _contact_tables(covered_parts[0].tree, covered_parts[1], q.dtype)[2]
-    sol = ContactSolution(x, force, normal, tangent, rate, jnp.full_like(normal, jnp.nan), inconsistency, mass_ok > 0, solvable > 0)
-    return sol, ContactState(gap, slip, friction)
+    x, force, normal, tangent, rate, gap, slip, health = _in_modes(system, t, q, qd, modes, rest)
+    inconsistency, mass_ok, solvable = health
+    scale = jnp.full_like(normal, jnp.nan)
+    sol = ContactSolution(x, force, normal, tangent, rate, scale, inconsistency, mass_ok > 0, solvable > 0)
+    return sol, ContactState(gap, slip, _contact_tables(parts[0].tree, parts[1], q.dtype)[2])
