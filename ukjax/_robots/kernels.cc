@@ -997,16 +997,17 @@ static ffi::Error UkTreeContactsImpl(UKJAX_TREE_INPUTS, ffi::Buffer<ffi::S64> co
       const bool turn = mode[i] == SLIDING && speed > rest_b.typed_data()[m] &&
                         rates[0] * given[0] + rates[1] * given[1] > 0;
       direction[2 * i] = turn ? rates[0] / speed : given[0], direction[2 * i + 1] = turn ? rates[1] / speed : given[1];
-      // a sticking contact's tangent rows scaled by √weight (its share of the friction)
-      const bool stick = mode[i] == STICKING;
+      // the sliding friction's direction on the coordinates, then a sticking contact's tangent
+      // rows scaled by √weight (its share of the friction)
       slide[i] = mode[i] == SLIDING && mu[i] > 0 ? 1.0 : 0.0, root[i] = std::sqrt(weight[i]);
+      for (int c = 0; c < n; ++c)
+        K[c * k + i] = slide[i] * mu[i] * (At[c] * direction[2 * i] + At[n + c] * direction[2 * i + 1]);
+      const bool stick = mode[i] == STICKING;
       closing[pe + i] = mode[i] != OPEN ? 1.0 : 0.0, rhs[pe + i] = mode[i] != OPEN ? bias_n[i] : 0.0;
       for (int e = 0; e < 2; ++e) {
         closing[pe + k + 2 * i + e] = stick ? 1.0 : 0.0, rhs[pe + k + 2 * i + e] = stick ? root[i] * bt[e] : 0.0;
         for (int c = 0; c < n; ++c) At[e * n + c] *= root[i];
       }
-      for (int c = 0; c < n; ++c)
-        K[c * k + i] = slide[i] * mu[i] * (At[c] * direction[2 * i] + At[n + c] * direction[2 * i + 1]) / root[i];
     }
     double* x = qacc->typed_data() + m * n;
     double health[3];
