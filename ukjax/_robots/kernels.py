@@ -468,7 +468,7 @@ def _xla_in_modes(system, t, q, qd, modes: Modes, rest):
     sol = solve_modes(d.M, d.Q, level.rows, level.contacts, turned, scales=False)
     state = contact_state(level.contacts)
     health = jnp.stack([sol.inconsistency, sol.mass_ok.astype(q.dtype), sol.solvable.astype(q.dtype)])
-    return sol.x, sol.constraint_force, sol.normal, sol.tangent, sol.rate, state.gap, state.slip, health
+    return sol.x, sol.constraint_force, sol.normal, sol.tangent, sol.rate, health, state
 
 
 @eqx.filter_custom_jvp
@@ -498,7 +498,8 @@ def _in_modes(system, t, q, qd, modes: Modes, rest):
         well=np.float64(WELL_CONDITIONED),
         pivot_floor=np.float64(PIVOT_FLOOR),
     )
-    return tuple(x[0] for x in results)
+    x, force, normal, tangent, rate, gap, slip, health = (x[0] for x in results)
+    return x, force, normal, tangent, rate, health, ContactState(gap, slip, friction)
 
 
 @_in_modes.def_jvp
@@ -522,8 +523,8 @@ def in_modes(
     float64 = dtypes == {jnp.dtype(jnp.float64)}
     if parts is None or not float64 or jax.default_backend() != "cpu" or not (enabled() and built()):
         return None
-    x, force, normal, tangent, rate, gap, slip, health = _in_modes(system, t, q, qd, modes, rest)
-    inconsistency, mass_ok, solvable = health
+    x, force, normal, tangent, rate, (inconsistency, mass_ok, solvable), state = _in_modes(
+        system, t, q, qd, modes, rest
+    )
     scale = jnp.full_like(normal, jnp.nan)
-    sol = ContactSolution(x, force, normal, tangent, rate, scale, inconsistency, mass_ok > 0, solvable > 0)
-    return sol, ContactState(gap, slip, _contact_tables(parts[0].tree, parts[1], q.dtype)[2])
+    return ContactSolution(x, force, normal, tangent, rate, scale, inconsistency, mass_ok > 0, solvable > 0), state
