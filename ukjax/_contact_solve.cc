@@ -23,14 +23,15 @@ namespace {
 constexpr double NaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double EPS = std::numeric_limits<double>::epsilon();
 
-// Σ a[k] b[k] in four running sums: without reassociation (no -ffast-math) a single sum waits on
-// each addition before the next; four make the dense solve's reductions vector code
+// Σ a[k] b[k] in eight running sums: without reassociation (no -ffast-math) a single sum waits on
+// each addition before the next; eight make the dense solve's reductions two vectors' chains
 inline double dot(const double* a, const double* b, int n) {
-  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  double s[8] = {};
   int k = 0;
-  for (; k + 4 <= n; k += 4) s0 += a[k] * b[k], s1 += a[k + 1] * b[k + 1], s2 += a[k + 2] * b[k + 2], s3 += a[k + 3] * b[k + 3];
-  for (; k < n; ++k) s0 += a[k] * b[k];
-  return (s0 + s1) + (s2 + s3);
+  for (; k + 8 <= n; k += 8)
+    for (int l = 0; l < 8; ++l) s[l] += a[k + l] * b[k + l];
+  for (int l = 0; k < n; ++k, ++l) s[l] += a[k] * b[k];
+  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
 // The lower Cholesky factor `L` of the n × n `M` (row-major, from its lower triangle; the upper
@@ -298,9 +299,14 @@ void ukjax_contact_solve_state(int n, int P, int k, int p, const double* M, cons
   z.resize(n), v.resize(n), lam.resize(P), slide_lam.resize(k), norms.resize(P), zcol.resize(n);
   // M = Lᵀ D L = F Fᵀ with F = Lᵀ D^½, and M's symmetry to √ε (`mass_check`)
   double largest = 0, asymmetry = 0;
-  for (int i = 0; i < n * n; ++i) largest = std::max(largest, std::fabs(M[i]));
-  for (int i = 0; i < n; ++i)
-    for (int j = 0; j < i; ++j) asymmetry = std::max(asymmetry, std::fabs(M[i * n + j] - M[j * n + i]));
+  for (int i = 0; i < n; ++i) {
+    largest = std::max(largest, std::fabs(M[i * n + i]));
+    for (int j = 0; j < i; ++j) {
+      const double lower = M[i * n + j], upper = M[j * n + i];
+      largest = std::max(largest, std::max(std::fabs(lower), std::fabs(upper)));
+      asymmetry = std::max(asymmetry, std::fabs(lower - upper));
+    }
+  }
   bool mass_ok = factor_leaves_first(n, M, L.data(), lo.data(), hi.data(), below) && asymmetry <= std::sqrt(EPS) * largest;
   for (int c = 0; c < n; ++c) root[c] = std::sqrt(L[c * n + c]);  // D^½
   if (!mass_ok) {

@@ -989,24 +989,27 @@ static ffi::Error UkTreeContactsImpl(UKJAX_TREE_INPUTS, ffi::Buffer<ffi::S64> co
         const V3<double> rolling = bias + radius * cross(normal, alpha);
         bt[0] = -dot(tangents[0], rolling), bt[1] = -dot(tangents[1], rolling);
       }
+      // (a limit's tangent rows are zero: the loops over the coordinates below skip them)
+      const bool plane = kind == PLANE;
       double rates[2] = {0.0, 0.0};
-      for (int c = 0; c < n; ++c) rates[0] += At[c] * w.qd[c], rates[1] += At[n + c] * w.qd[c];
+      for (int c = 0; c < n && plane; ++c) rates[0] += At[c] * w.qd[c], rates[1] += At[n + c] * w.qd[c];
       slip[2 * i] = rates[0], slip[2 * i + 1] = rates[1];
       // a sliding contact's direction: its slip's where it slips faster than `rest` and forwards
       const double *given = direction_b.typed_data() + m * 2 * k + 2 * i, speed = std::hypot(rates[0], rates[1]);
       const bool turn = mode[i] == SLIDING && speed > rest_b.typed_data()[m] &&
                         rates[0] * given[0] + rates[1] * given[1] > 0;
       direction[2 * i] = turn ? rates[0] / speed : given[0], direction[2 * i + 1] = turn ? rates[1] / speed : given[1];
-      // the sliding friction's direction on the coordinates, then a sticking contact's tangent
-      // rows scaled by √weight (its share of the friction)
+      // the sliding friction's direction on the coordinates (the solve reads K's column only
+      // where the contact slides), then a sticking contact's tangent rows scaled by √weight (its
+      // share of the friction; the solve reads them only where it sticks)
       slide[i] = mode[i] == SLIDING && mu[i] > 0 ? 1.0 : 0.0, root[i] = std::sqrt(weight[i]);
-      for (int c = 0; c < n; ++c)
-        K[c * k + i] = slide[i] * mu[i] * (At[c] * direction[2 * i] + At[n + c] * direction[2 * i + 1]);
+      for (int c = 0; c < n && slide[i] != 0; ++c)
+        K[c * k + i] = mu[i] * (At[c] * direction[2 * i] + At[n + c] * direction[2 * i + 1]);
       const bool stick = mode[i] == STICKING;
       closing[pe + i] = mode[i] != OPEN ? 1.0 : 0.0, rhs[pe + i] = mode[i] != OPEN ? bias_n[i] : 0.0;
       for (int e = 0; e < 2; ++e) {
         closing[pe + k + 2 * i + e] = stick ? 1.0 : 0.0, rhs[pe + k + 2 * i + e] = stick ? root[i] * bt[e] : 0.0;
-        for (int c = 0; c < n; ++c) At[e * n + c] *= root[i];
+        for (int c = 0; c < n && stick && plane; ++c) At[e * n + c] *= root[i];
       }
     }
     double* x = qacc->typed_data() + m * n;
@@ -1023,8 +1026,13 @@ static ffi::Error UkTreeContactsImpl(UKJAX_TREE_INPUTS, ffi::Buffer<ffi::S64> co
       for (int e = 0; e < 2; ++e)
         tangent[2 * i + e] = (mode[i] == STICKING ? root[i] * lam[pe + k + 2 * i + e] : 0.0) -
                              slide[i] * mu[i] * normal[i] * direction[2 * i + e];
+      const int id = int(index[2 * i + 1]);
       double Ax = 0.0;
-      for (int c = 0; c < n; ++c) Ax += R[size_t(pe + i) * n + c] * x[c];
+      if (index[2 * i] != PLANE) {
+        Ax = R[size_t(pe + i) * n + id] * x[id];
+      } else {
+        for (int c = 0; c < n; ++c) Ax += R[size_t(pe + i) * n + c] * x[c];
+      }
       rate[i] = Ax - bias_n[i];
     }
     out[0] = health[0], out[1] = health[1], out[2] = solvable ? 1.0 : 0.0;
