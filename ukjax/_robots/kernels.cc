@@ -1026,13 +1026,8 @@ static ffi::Error UkTreeContactsImpl(UKJAX_TREE_INPUTS, ffi::Buffer<ffi::S64> co
       for (int e = 0; e < 2; ++e)
         tangent[2 * i + e] = (mode[i] == STICKING ? root[i] * lam[pe + k + 2 * i + e] : 0.0) -
                              slide[i] * mu[i] * normal[i] * direction[2 * i + e];
-      const int id = int(index[2 * i + 1]);
       double Ax = 0.0;
-      if (index[2 * i] != PLANE) {
-        Ax = R[size_t(pe + i) * n + id] * x[id];
-      } else {
-        for (int c = 0; c < n; ++c) Ax += R[size_t(pe + i) * n + c] * x[c];
-      }
+      for (int c = 0; c < n; ++c) Ax += R[size_t(pe + i) * n + c] * x[c];
       rate[i] = Ax - bias_n[i];
     }
     out[0] = health[0], out[1] = health[1], out[2] = solvable ? 1.0 : 0.0;
