@@ -2,7 +2,10 @@
 thin shapes between two steps, capsules met across an edge or another capsule, coefficients out of range (under `vmap`, and the impacts and
 light bodies beside heavy ones: test_contacts.py's batch)."""
 
+from pathlib import Path
+
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -213,3 +216,39 @@ def test_an_impact_takes_in_every_touching_contact():
     assert int(sol.status) == ukjax.Status.SUCCESS
     assert float(sol.contacts.penetration) <= 1e-9
     np.testing.assert_allclose(sol.q[-1], model.q0, atol=1e-9)
+
+
+def test_a_landing_beside_a_sliding_corner_finds_its_modes():
+    """`tumbling.py`'s second box, alone, landing on a corner while another slides on the
+    floor (the impact's velocity-level problem as `_events._transition` posed it, saved in
+    tests/data/box_landing.npz): the search of the worst violation first went round eight
+    mode sets, one corner opened for a pull of 1e-11 and closed again for the other's
+    penetration, and the run stopped with CONTACT_UNRESOLVED. The modes found must meet
+    Coulomb's and Newton's laws read off the rows themselves, and take no energy in."""
+    from ukjax._constraints import ConstraintRows
+    from ukjax._unilateral import OPEN, SLIDING, STICKING, ContactRows, select_modes
+
+    data = dict(np.load(Path(__file__).parent / "data" / "box_landing.npz"))
+
+    def rows(name):
+        return ConstraintRows(*(data[f"{name}_{x}"] for x in ("A", "b", "phi", "phid")))
+
+    contacts = ContactRows(rows("n"), rows("t"), data["friction"], data["restitution"])
+    M, qd, candidates = data["M"], data["qd"], data["candidates"]
+    modes, jump, converged = jax.jit(select_modes)(
+        data["M"], data["Q"], rows("eq"), contacts, data["candidates"], data["slipping"], slack=data["slack"]
+    )
+    mode, x, normal, tangent = (np.asarray(v) for v in (modes.mode, jump.x, jump.normal, jump.tangent))
+    assert bool(converged)
+    closed = candidates & (mode != OPEN)
+    rate = data["n_A"] @ x - data["n_b"]  # ġ⁺ + e ġ⁻: zero where closed, not negative where open
+    slip = (data["t_A"] @ (qd + x)).reshape(-1, 2)
+    assert closed.any()
+    np.testing.assert_allclose(rate[closed], 0.0, atol=1e-12)
+    assert np.all(rate[candidates & ~closed] >= -1e-12) and np.all(normal[closed] >= 0)
+    cone = np.linalg.norm(tangent, axis=1) - data["friction"] * normal
+    sliding, sticking = closed & (mode == SLIDING), closed & (mode == STICKING)
+    np.testing.assert_allclose(cone[sliding], 0.0, atol=1e-12)
+    assert np.all(np.einsum("kd,kd->k", tangent, slip)[sliding] <= 1e-15)  # against the slip after
+    assert np.all(cone[sticking] <= data["slack"][sticking]) and np.all(np.abs(slip[sticking]) <= 1e-12)
+    assert (qd + x) @ M @ (qd + x) <= qd @ M @ qd
