@@ -124,9 +124,10 @@ class _Pushed(ukjax.AbstractUnconstrainedSystem):
 def test_a_slide_from_rest_under_a_turning_force_against_dop853():
     """With μ = 0.5 the mass sticks until |F| = μ m g (t = 0.776 s), then slides in the
     direction of the force that broke the cone and turns with its slip: q(2 s) against
-    scipy's DOP853 at 1e-13 on `v̇ = F − μ m g v/|v|` from there, to 1e-5 m at the default
+    scipy's DOP853 at 1e-13 on `v̇ = F − μ m g v/|v|` from there, to 1e-6 m at the default
     tolerances (it was 2.2e-3 m off, in 7.9e4 steps, where `v/|v|` of a slip below the
-    tolerance set the direction), in under 2 000 steps."""
+    tolerance set the direction; 1.5e-6 m where it switched to `v/|v|` at 1e3 atol), in under
+    2 000 steps."""
     from scipy.integrate import solve_ivp
 
     floor = ukjax.Unilateral(lambda t, q: q[2], friction=0.5, slip=lambda t, q, qd: qd[None, :2])
@@ -148,8 +149,36 @@ def test_a_slide_from_rest_under_a_turning_force_against_dop853():
     rate = 25 * onset / weight
     start = np.r_[rate * tau**3 / 6 * force / weight, rate * tau**2 / 2 * force / weight]
     reference = solve_ivp(sliding, (onset + tau, 2.0), start, method="DOP853", rtol=1e-12, atol=1e-15).y[:2, -1]
-    np.testing.assert_allclose(np.asarray(sol.q[-1, :2]), reference, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(sol.q[-1, :2]), reference, atol=1e-6)
     assert int(sol.stats["num_steps"]) < 2000 and float(sol.q[-1, 2]) == 0.0
+
+
+
+def test_a_slide_slowing_to_a_stop_turns_its_friction_continuously():
+    """A slide whose slip has turned 30° from the direction it started in, slowing through
+    the speed below which `v/|v|` is noise: the friction's direction must not jump there
+    (it switched to the starting direction, and a box's corner stopping after an impact was
+    held at that speed by friction across its slip below and against it above, until
+    max_steps). Below, it turns into the starting direction; a slip turned back keeps it."""
+    from ukjax._constraints import ConstraintRows
+    from ukjax._unilateral import SLIDING, ContactRows, Modes, sliding_now
+
+    rest, d = 1e-5, np.array([1.0, 0.0])
+    modes = Modes(jnp.array([SLIDING]), jnp.asarray(d[None]), jnp.ones(1))
+    zero = jnp.zeros((2, 3))
+
+    def direction(speed, angle=np.pi / 6):
+        v = speed * np.array([np.cos(angle), np.sin(angle)])
+        tangent = ConstraintRows(zero, jnp.zeros(2), jnp.zeros(2), jnp.asarray(v))
+        normal = ConstraintRows(zero[:1], jnp.zeros(1), jnp.zeros(1), jnp.zeros(1))
+        contacts = ContactRows(normal, tangent, jnp.ones(1), jnp.zeros(1))
+        return np.asarray(sliding_now(modes, contacts, rest).direction[0])
+
+    slip = np.array([np.cos(np.pi / 6), np.sin(np.pi / 6)])
+    np.testing.assert_allclose(direction(2 * rest), slip, atol=1e-15)
+    np.testing.assert_allclose(direction(rest * (1 + 1e-9)), direction(rest * (1 - 1e-9)), atol=1e-6)
+    np.testing.assert_allclose(direction(1e-3 * rest), d, atol=1e-4)
+    np.testing.assert_allclose(direction(rest, angle=np.pi * 0.9), d, atol=0)
 
 
 HALF = 0.5  # the rod's half length

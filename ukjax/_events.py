@@ -77,7 +77,8 @@ _EVENT_SCALE = 1e-6
 # atol (`sliding_now`): below, the slip integrated to atol is too uncertain to give a direction.
 # A slide from rest under a turning force (F = (3, 5t) N on 1 kg, μ = 0.5), q(2 s) against
 # DOP853: at 1e-9 m/s, 2.2e-3 m off in 7.8e4 steps (atol 1e-8) and out of steps (1e-10); at
-# 1e3 atol, 1.1e-6 m in 579 steps, 2.8e-8 in 4 168, 1.4e-9 in 32 555 (atol 1e-8, 1e-10, 1e-12).
+# 1e3 atol, 2.2e-7 m in 436 steps, 2.2e-8 in 4 057, 1.1e-9 in 33 418 (atol 1e-8, 1e-10, 1e-12;
+# the direction turned below it as `SLOW_TURN` says).
 _SLIDE_SPEED = 1e3
 
 

@@ -921,7 +921,8 @@ static ffi::Error UkTreeContactsImpl(UKJAX_TREE_INPUTS, ffi::Buffer<ffi::S64> co
                                      ffi::Buffer<ffi::F64> contact_data, ffi::Buffer<ffi::F64> friction_b,
                                      ffi::Buffer<ffi::F64> mode_b, ffi::Buffer<ffi::F64> direction_b,
                                      ffi::Buffer<ffi::F64> weight_b, ffi::Buffer<ffi::F64> rest_b, double rank_floor,
-                                     double cut, double well, double pivot_floor, ffi::ResultBuffer<ffi::F64> qacc,
+                                     double cut, double well, double pivot_floor, double slow_turn,
+                                     ffi::ResultBuffer<ffi::F64> qacc,
                                      ffi::ResultBuffer<ffi::F64> force, ffi::ResultBuffer<ffi::F64> normal_out,
                                      ffi::ResultBuffer<ffi::F64> tangent_out, ffi::ResultBuffer<ffi::F64> rate_out,
                                      ffi::ResultBuffer<ffi::F64> gap_out, ffi::ResultBuffer<ffi::F64> slip_out,
@@ -994,11 +995,14 @@ static ffi::Error UkTreeContactsImpl(UKJAX_TREE_INPUTS, ffi::Buffer<ffi::S64> co
       double rates[2] = {0.0, 0.0};
       for (int c = 0; c < n && plane; ++c) rates[0] += At[c] * w.qd[c], rates[1] += At[n + c] * w.qd[c];
       slip[2 * i] = rates[0], slip[2 * i + 1] = rates[1];
-      // a sliding contact's direction: its slip's where it slips faster than `rest` and forwards
-      const double *given = direction_b.typed_data() + m * 2 * k + 2 * i, speed = std::hypot(rates[0], rates[1]);
-      const bool turn = mode[i] == SLIDING && speed > rest_b.typed_data()[m] &&
-                        rates[0] * given[0] + rates[1] * given[1] > 0;
-      direction[2 * i] = turn ? rates[0] / speed : given[0], direction[2 * i + 1] = turn ? rates[1] / speed : given[1];
+      // a sliding contact's direction where it slips forwards: its slip's, turned below `rest`
+      // into the one it started in, `v + slow_turn (rest − |v|) d` (`sliding_now`)
+      const double *given = direction_b.typed_data() + m * 2 * k + 2 * i;
+      const double slow = slow_turn * std::max(rest_b.typed_data()[m] - std::hypot(rates[0], rates[1]), 0.0);
+      const double turned[2] = {rates[0] + slow * given[0], rates[1] + slow * given[1]};
+      const double length = std::hypot(turned[0], turned[1]);
+      const bool turn = mode[i] == SLIDING && rates[0] * given[0] + rates[1] * given[1] > 0;
+      direction[2 * i] = turn ? turned[0] / length : given[0], direction[2 * i + 1] = turn ? turned[1] / length : given[1];
       // the sliding friction's direction on the coordinates (the solve reads K's column only
       // where the contact slides), then a sticking contact's tangent rows scaled by √weight (its
       // share of the friction; the solve reads them only where it sticks)
@@ -1041,7 +1045,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
                        .Attr<double>("rank_floor")
                        .Attr<double>("cut")
                        .Attr<double>("well")
-                       .Attr<double>("pivot_floor")));
+                       .Attr<double>("pivot_floor")
+                       .Attr<double>("slow_turn")));
 #endif
 
 #endif

@@ -37,6 +37,7 @@ from .._native import LANES, TREE_CONTACTS, built, built_cuda, dynamics_target, 
 from .._systems import AbstractSystem, ConstrainedSystem, Forced
 from .._unilateral import (
     PIVOT_FLOOR,
+    SLOW_TURN,
     AbstractUnilateral,
     ContactSolution,
     ContactState,
@@ -497,6 +498,7 @@ def _in_modes(system, t, q, qd, modes: Modes, rest):
         cut=np.float64(negligible(P, n, dtype)),
         well=np.float64(WELL_CONDITIONED),
         pivot_floor=np.float64(PIVOT_FLOOR),
+        slow_turn=np.float64(SLOW_TURN),
     )
     x, force, normal, tangent, rate, gap, slip, health = (x[0] for x in results)
     return x, force, normal, tangent, rate, health, ContactState(gap, slip, friction)
