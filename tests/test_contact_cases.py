@@ -153,7 +153,6 @@ def test_a_slide_from_rest_under_a_turning_force_against_dop853():
     assert int(sol.stats["num_steps"]) < 2000 and float(sol.q[-1, 2]) == 0.0
 
 
-
 def test_a_slide_slowing_to_a_stop_turns_its_friction_continuously():
     """A slide whose slip has turned 30° from the direction it started in, slowing through
     the speed below which `v/|v|` is noise: the friction's direction must not jump there
@@ -265,7 +264,7 @@ def test_a_landing_beside_a_sliding_corner_finds_its_modes():
     contacts = ContactRows(rows("n"), rows("t"), data["friction"], data["restitution"])
     M, qd, candidates = data["M"], data["qd"], data["candidates"]
     modes, jump, converged = jax.jit(select_modes)(
-        data["M"], data["Q"], rows("eq"), contacts, data["candidates"], data["slipping"], slack=data["slack"]
+        M, data["Q"], rows("eq"), contacts, candidates, data["slipping"], slack=data["slack"]
     )
     mode, x, normal, tangent = (np.asarray(v) for v in (modes.mode, jump.x, jump.normal, jump.tangent))
     assert bool(converged)
