@@ -272,32 +272,38 @@ def _modes(k, seed):
 def test_contact_dynamics_match_the_xla_route(loops):
     """The tree's solve with its limits and plane contacts in given modes as one call
     (`kernels.in_modes`: rows, sliding directions and the contact solve in C++) against the
-    XLA route (`system.dynamics` and `solve_modes`), at random states, one by one and mapped;
-    the forward-mode derivative (the XLA route's) against central differences of the kernel."""
-    if jax.default_backend() != "cpu":
-        pytest.skip("the contact dynamics are built for a CPU")
+    XLA route (`system.dynamics` and `solve_modes`), at random states, one by one and mapped
+    (one call for the batch, on a GPU a thread a member), and in the GPU's layout on a CPU (the
+    members in tiles of 32, and in slices of one tile); the forward-mode derivative (the XLA
+    route's) against central differences of the kernel."""
     system = _with_contacts(loops[0])
     assert kernels.contacts_covered(system) is not None
-    q, qd = _states(loops[1], 4, 5)
+    q, qd = _states(loops[1], 40, 5)  # 40: a tile of 32 and one part full
     k = 3 * 2 + 4
     modes = _modes(k, 6)
     # a low `rest` turns a sliding direction to its slip, a high one keeps the one given
-    rests = jnp.array([1e-5, 1e3, 1e-5, 1e3])
+    rests = jnp.tile(jnp.array([1e-5, 1e3]), 20)
 
     def both(q, qd, rest):
         arguments = (system, 0.2, q, qd, modes, rest)
         return kernels._in_modes(*arguments), kernels._xla_in_modes(*arguments)
 
-    # one program for both routes, one state and mapped (each compiled apart, the test took twice as long)
-    program = jax.jit(lambda q, qd, r: (both(q[0], qd[0], r[0]), jax.vmap(both)(q, qd, r)))
+    def tiled(q, qd, rest):
+        inputs = jax.vmap(lambda q, qd, r: kernels._contact_inputs(system, 0.2, q, qd, modes, r))(q, qd, rest)
+        return [kernels._contacts_call(system, q, qd, inputs, tiles=1, space=space) for space in (kernels.SPACE, 1)]
+
+    # one program for every route (each compiled apart, the test took twice as long)
+    program = jax.jit(lambda q, qd, r: (both(q[0], qd[0], r[0]), jax.vmap(both)(q, qd, r), tiled(q, qd, r)))
     program = program.lower(q, qd, rests)
     assert "ukjax_tree_contacts" in program.as_text()
-    one, mapped = jax.tree.map(np.asarray, program.compile()(q, qd, rests))
+    one, mapped, layouts = jax.tree.map(np.asarray, program.compile()(q, qd, rests))
     names = ["q̈", "constraint force", "normal", "tangent", "rate", "health", "gap", "slip", "friction"]
-    for results in (one, mapped):
-        for name, kernel, xla in zip(names, *(jax.tree.leaves(x) for x in results)):
-            scale = max(1.0, np.max(np.abs(xla)))
-            np.testing.assert_allclose(kernel, xla, rtol=0, atol=1e-11 * scale, err_msg=name)
+    # the GPU's layout, its results in `_in_modes`' order (the health before the gaps and slips)
+    in_order = [(*x[:5], x[7], x[5], x[6]) for x in layouts]
+    for results in [one, mapped] + [(x, mapped[1]) for x in in_order]:
+        for name, kernel, reference in zip(names, *(jax.tree.leaves(x) for x in results)):
+            scale = max(1.0, np.max(np.abs(reference)))
+            np.testing.assert_allclose(kernel, reference, rtol=0, atol=1e-11 * scale, err_msg=name)
     assert np.all(mapped[0][5][:, 1:] == 1.0)  # positive definite, solvable
     # a contact sliding, another sticking, a limit closed
     assert np.all(mapped[0][2][:, [0, -3, -2]] != 0)

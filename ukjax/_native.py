@@ -1,14 +1,15 @@
 """ukjax's compiled C++ kernels: built once per machine and source with the system's C++
 compiler (`CXX`, default `g++`) into `~/.cache/ukjax/kernels` (`XDG_CACHE_HOME` moves it), and
-registered as XLA FFI targets for the CPU; the tree kernel also with CUDA's compiler for an
-NVIDIA GPU (`built_cuda`), where JAX runs on one. `UKJAX_KERNELS=0` turns them off for the
-programs traced after it is set.
+registered as XLA FFI targets for the CPU; the tree kernel and its contact dynamics also with
+CUDA's compiler for an NVIDIA GPU (`built_cuda`), where JAX runs on one. `UKJAX_KERNELS=0`
+turns them off for the programs traced after it is set.
 
-- `_robots/kernels.cc`: the U-K solve of a rigid-body tree (`_robots/kernels.py`), and its
-  `M` and `Q` alone, built for chunks of `LANES` states and for one, and (the solve) for a GPU.
-- `_contact_solve.cc`: the linear algebra of a contact solve at fixed modes
-  (`_unilateral.solve_modes`), which the tree kernel's contact dynamics also calls
-  (`kernels.in_modes`).
+- `_robots/kernels.cc`: the U-K solve of a rigid-body tree (`_robots/kernels.py`), its `M`
+  and `Q` alone, and its contact dynamics in given modes, built for chunks of `LANES` states
+  and for one, and (the solve and the contact dynamics) for a GPU.
+- `_contact_solve.h`: the linear algebra of a contact solve at fixed modes, host and device
+  code, which `_contact_solve.cc` runs for `_unilateral.solve_modes` (CPU) and the tree
+  kernel's contact dynamics for `kernels.in_modes` (CPU and GPU).
 """
 
 import ctypes
@@ -26,6 +27,7 @@ from pathlib import Path
 import jax
 
 _SOURCES = (Path(__file__).with_name("_robots") / "kernels.cc", Path(__file__).with_name("_contact_solve.cc"))
+_HEADER = Path(__file__).with_name("_contact_solve.h")  # included by both sources
 # `C` in kernels.cc: a batch is padded to a multiple. One state runs on a build of one lane: on
 # Cassie 36 µs against 168 for a padded chunk (eight states: 237 µs one by one, 174 as a chunk).
 LANES = 32
@@ -59,10 +61,9 @@ def _processor() -> str:
 
 def _build(compiler: str, command: list[str], sources: tuple[Path, ...], variants: dict[str, list[str]], identity: str):
     """The libraries that `command` builds from `sources`, one per variant (its extra flags), in
-    the cache (built there once per machine, sources, JAX and command), loaded."""
-    key = hashlib.sha256(
-        "\0".join(["\0".join(source.read_text() for source in sources), jax.__version__, " ".join(command), identity]).encode()
-    ).hexdigest()[:16]
+    the cache (built there once per machine, sources and their header, JAX and command), loaded."""
+    text = "\0".join(source.read_text() for source in (*sources, _HEADER))
+    key = hashlib.sha256("\0".join([text, jax.__version__, " ".join(command), identity]).encode()).hexdigest()[:16]
     directory = _cache_dir()
     libraries = {name: directory / f"kernels-{key}-{name}.so" for name in variants}
     if not all(library.exists() for library in libraries.values()):
@@ -127,11 +128,11 @@ def built() -> bool:
 
 @functools.cache
 def built_cuda() -> bool:
-    """Build the tree kernel for this machine's NVIDIA GPU with CUDA's compiler (`NVCC`, default
-    `nvcc` on the path or in `/usr/local/cuda/bin`), once per GPU model, source and JAX, and
-    register it for the CUDA platform under the target of the CPU's build of one lane, whose
-    layout it shares; False, with one warning that says why, where that fails (the XLA route
-    runs)."""
+    """Build the tree kernel and its contact dynamics for this machine's NVIDIA GPU with CUDA's
+    compiler (`NVCC`, default `nvcc` on the path or in `/usr/local/cuda/bin`), once per GPU
+    model, source and JAX, and register them for the CUDA platform under the targets of the
+    CPU's build of one lane, whose layout they share; False, with one warning that says why,
+    where that fails (the XLA route runs)."""
     compiler = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     command = [
         compiler,
@@ -154,12 +155,13 @@ def built_cuda() -> bool:
     except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
         warnings.warn(
             f"ukjax could not build its tree kernel for this GPU with {compiler!r} ({_reason(error)}). "
-            "Robot trees run on the XLA route there; set NVCC to CUDA's compiler.",
+            "Robot trees and their contacts run on the XLA route there; set NVCC to CUDA's compiler.",
             RuntimeWarning,
             stacklevel=2,
         )
         return False
     jax.ffi.register_ffi_target(tree_target(1), jax.ffi.pycapsule(handles["cuda"].UkTreeCuda), platform="CUDA")
+    jax.ffi.register_ffi_target(TREE_CONTACTS, jax.ffi.pycapsule(handles["cuda"].UkTreeContactsCuda), platform="CUDA")
     return True
 
 
@@ -183,8 +185,8 @@ def targets() -> list[str]:
     names = []
     if built():
         names = [tree_target(LANES), tree_target(1), dynamics_target(LANES), dynamics_target(1), CONTACT_SOLVE, TREE_CONTACTS]
-    if jax.default_backend() == "gpu" and built_cuda() and tree_target(1) not in names:
-        names.append(tree_target(1))
+    if jax.default_backend() == "gpu" and built_cuda():
+        names += [name for name in (tree_target(1), TREE_CONTACTS) if name not in names]
     return names
 
 

@@ -24,13 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "../_contact_solve.h"  // the contact solve, and `HD`: host and device code
 #include "xla/ffi/api/ffi.h"
-
-#ifdef __CUDACC__
-#define HD __host__ __device__ inline
-#else
-#define HD inline
-#endif
 
 namespace ffi = xla::ffi;
 
@@ -777,24 +772,203 @@ auto f64_results(Binding&& binding) {
 // The members in the GPU's layout take a work space of at most `space` bytes: the batch runs in
 // slices of `slice` members (all of them where they fit), and a slice in tiles of `TILE`
 // members, a warp's, each tile's work space in one piece: value k of the i-th member of a slice
-// at `k × TILE + i mod TILE` in tile `i / TILE`. (Laid out `k × slice + i`, a member's values
-// lay a slice's width apart, 256 KiB at 32 768 members: Cassie's solve of 131 072 members took
-// 39.7 ms on an H200 against 34.6 in tiles, of 32 768 members 6.9 against 6.7.)
+// at `k × TILE + i mod TILE` in tile `i / TILE`, then each member's `extra` bytes of its own (the
+// contact solve's, whose arrays a member reads whole). (Laid out `k × slice + i`, a member's
+// values lay a slice's width apart, 256 KiB at 32 768 members: Cassie's solve of 131 072 members
+// took 39.7 ms on an H200 against 34.6 in tiles, of 32 768 members 6.9 against 6.7.)
 constexpr int64_t TILE = 32;
 struct Slices {
   int64_t slice;
-  size_t tile, bytes;  // the bytes of a tile and of the slice's tiles
-  // the work space of the i-th member of a slice that starts at `space`
+  size_t work, extra, tile, bytes;  // a tile's work spaces, a member's extra bytes, a tile's bytes, the slice's
+  // the work space of the i-th member of a slice that starts at `space`, and its extra bytes
   HD Carver carver(char* space, int64_t i) const { return {space + size_t(i / TILE) * tile, TILE, i % TILE}; }
+  HD char* own(char* space, int64_t i) const { return space + size_t(i / TILE) * tile + work + size_t(i % TILE) * extra; }
 };
-static Slices slices(const Args& a, int64_t B, int64_t space) {
+static Slices slices(const Args& a, int64_t B, int64_t space, size_t extra) {
   Carver sizing{nullptr, TILE, 0};
   Work<double>(sizing, a);
-  const int64_t tiles = std::max<int64_t>(1, std::min<int64_t>((B + TILE - 1) / TILE, space / int64_t(sizing.used)));
+  const size_t tile = sizing.used + TILE * extra;
+  const int64_t tiles = std::max<int64_t>(1, std::min<int64_t>((B + TILE - 1) / TILE, space / int64_t(tile)));
   const int64_t slice = std::min(B, tiles * TILE);
-  return {slice, sizing.used, size_t((slice + TILE - 1) / TILE) * sizing.used};
+  return {slice, sizing.used, extra, tile, size_t((slice + TILE - 1) / TILE) * tile};
 }
 
+enum ContactKind { LOWER_LIMIT = 0, UPPER_LIMIT = 1, PLANE = 2 };
+enum Mode { OPEN = 0, SLIDING = 1, STICKING = 2 };
+
+// A tree's contacts and their modes per member, and the results of its contact dynamics
+// (`UkTreeContacts`): per contact its `ContactKind` and its coordinate or body (`index`, -1 the
+// world) and `data`, `width` a contact: a limit's bound, or a sphere's centre in its body,
+// radius, the plane's normal and offset and its two tangents; friction; per member each
+// contact's mode, sliding direction and friction weight, and its speed `rest`.
+struct Contacts {
+  int k, width;
+  const int64_t* index;
+  const double *data, *mu, *mode, *direction, *weight, *rest;
+  double rank_floor, cut, well, pivot_floor, slow_turn;
+  double *normal, *tangent, *rate, *gap, *slip, *health;
+};
+
+// A member's arrays for its contact dynamics, `n` coordinates, `P` rows and `k` contacts: what
+// it hands the contact solve, what that returns, and the solve's work space
+struct ContactScratch {
+  contact::ContactWork solve;
+  double *M, *Q, *R, *rhs, *bias_n, *closing, *K, *slide, *direction, *root, *lam, *slide_lam, *unused;
+
+  HD ContactScratch(contact::Bump& s, int n, int P, int k) : solve(s, n, P, k) {
+    M = s.take<double>(size_t(n) * n), Q = s.take<double>(n), R = s.take<double>(size_t(P) * n);
+    rhs = s.take<double>(P), bias_n = s.take<double>(k), closing = s.take<double>(P);
+    K = s.take<double>(size_t(n) * k), slide = s.take<double>(k), direction = s.take<double>(2 * k);
+    root = s.take<double>(k), lam = s.take<double>(P), slide_lam = s.take<double>(k), unused = s.take<double>(2 * k);
+  }
+};
+static size_t scratch_bytes(int n, int P, int k) {
+  contact::Bump sizing{nullptr};
+  ContactScratch(sizing, n, P, k);
+  return sizing.used;
+}
+
+// A tree's acceleration under its equality rows and its contacts in given modes, of member `m`
+// (`kernels.in_modes`: `_stepping.solve_in_modes` for a tree with joint limits and spheres on
+// planes fixed in the world): M, Q and the equality rows as `dynamics` and `solve` assemble
+// them; each contact's rows in closed form, as `JointLimits.contact_rows` and
+// `PlaneContacts.contact_rows` write them; the sliding directions turned as `sliding_now` turns
+// them; then the contact solve, as `solve_modes` does it without the contacts' scales. Results:
+// q̈, the constraint force, the contacts' normal and tangential forces, the normal rows' rates
+// `A q̈ − b`, the gaps and slips, and (inconsistency, 1 where M is positive definite, 1 where the
+// sliding contacts' normal forces are solvable).
+HD void tree_contacts(const Args& a, const Contacts& c, const Work<double>& w, const ContactScratch& s, int64_t m) {
+  const int n = a.n, k = c.k;
+  const int pe = a.p, P = pe + 3 * k;  // the equality rows (the norms', the connects', the caller's), then the contacts'
+  const int64_t *moving_start = a.section(MOVING_START), *moving = a.section(MOVING);
+  double *M = s.M, *R = s.R, *rhs = s.rhs, *bias_n = s.bias_n, *closing = s.closing, *K = s.K, *slide = s.slide;
+  double *direction = s.direction, *root = s.root, *lam = s.lam, *slide_lam = s.slide_lam;
+  for (int64_t e = 0; e < int64_t(n) * n; ++e) w.E[e] = 0.0;
+  assemble(a, w, m);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) M[i * n + j] = w.E[int64_t(i > j ? i : j) * n + (i > j ? j : i)];
+  for (int i = 0; i < n; ++i) s.Q[i] = w.Q[i];
+  for (int64_t e = 0; e < int64_t(P) * n; ++e) R[e] = 0.0;
+  for (int row = 0; row < pe; ++row) {
+    for (int col = 0; col < n; ++col) R[row * n + col] = w.A[int64_t(row) * n + col];
+    rhs[row] = w.bvec[row], closing[row] = 1.0;
+  }
+  const double *mode = c.mode + m * k, *weight = c.weight + m * k;
+  double *gap = c.gap + m * k, *slip = c.slip + m * 2 * k;
+  // each contact's normal row, then its two tangent rows, their right-hand sides, its gap and slip
+  for (int i = 0; i < k; ++i) {
+    double *An = &R[size_t(pe + i) * n], *At = &R[size_t(pe + k + 2 * i) * n];
+    const double* d = c.data + i * c.width;
+    const int kind = int(c.index[2 * i]), id = int(c.index[2 * i + 1]);
+    double bt[2] = {0.0, 0.0};
+    if (kind != PLANE) {
+      const double sign = kind == LOWER_LIMIT ? 1.0 : -1.0;
+      An[id] = sign, gap[i] = sign * (w.q[id] - d[0]), bias_n[i] = 0.0;
+    } else {
+      const V3<double> centre = vconst<double>(d), normal = vconst<double>(d + 4);
+      const V3<double> tangents[2] = {vconst<double>(d + 8), vconst<double>(d + 11)};
+      const double radius = d[3];
+      V3<double> x = centre, bias = zero3<double>(), alpha = zero3<double>();
+      if (id >= 0) {
+        x = w.pw[id] + mv(w.Rw[id], centre);
+        const S6<double> V = w.Vb[id], Acc = w.Ab[id];
+        bias = Acc.b + cross(Acc.a, x) + cross(V.a, V.b + cross(V.a, x)), alpha = Acc.a;
+        // the slip is the body's material point's at the touching point (it rolls)
+        const V3<double> touching = x - radius * normal;
+        for (int64_t t = moving_start[id]; t < moving_start[id + 1]; ++t) {
+          const int col = int(moving[t]);
+          const S6<double> Sc = w.S[col];
+          An[col] = dot(normal, Sc.b + cross(Sc.a, x));
+          const V3<double> v = Sc.b + cross(Sc.a, touching);
+          At[col] = dot(tangents[0], v), At[n + col] = dot(tangents[1], v);
+        }
+      }
+      gap[i] = dot(normal, x) - radius - d[7], bias_n[i] = -dot(normal, bias);
+      const V3<double> rolling = bias + radius * cross(normal, alpha);
+      bt[0] = -dot(tangents[0], rolling), bt[1] = -dot(tangents[1], rolling);
+    }
+    // (a limit's tangent rows are zero: the loops over the coordinates below skip them)
+    const bool plane = kind == PLANE;
+    double rates[2] = {0.0, 0.0};
+    for (int col = 0; col < n && plane; ++col) rates[0] += At[col] * w.qd[col], rates[1] += At[n + col] * w.qd[col];
+    slip[2 * i] = rates[0], slip[2 * i + 1] = rates[1];
+    // a sliding contact's direction where it slips forwards: its slip's, turned below `rest`
+    // into the one it started in, `v + slow_turn (rest − |v|) d` (`sliding_now`)
+    const double* given = c.direction + m * 2 * k + 2 * i;
+    const double slow = c.slow_turn * ::fmax(c.rest[m] - ::hypot(rates[0], rates[1]), 0.0);
+    const double turned[2] = {rates[0] + slow * given[0], rates[1] + slow * given[1]};
+    const double length = ::hypot(turned[0], turned[1]);
+    const bool turn = mode[i] == SLIDING && rates[0] * given[0] + rates[1] * given[1] > 0;
+    direction[2 * i] = turn ? turned[0] / length : given[0], direction[2 * i + 1] = turn ? turned[1] / length : given[1];
+    // the sliding friction's direction on the coordinates (the solve reads K's column only
+    // where the contact slides), then a sticking contact's tangent rows scaled by √weight (its
+    // share of the friction; the solve reads them only where it sticks)
+    slide[i] = mode[i] == SLIDING && c.mu[i] > 0 ? 1.0 : 0.0, root[i] = ::sqrt(weight[i]);
+    for (int col = 0; col < n && slide[i] != 0; ++col)
+      K[col * k + i] = c.mu[i] * (At[col] * direction[2 * i] + At[n + col] * direction[2 * i + 1]);
+    const bool stick = mode[i] == STICKING;
+    closing[pe + i] = mode[i] != OPEN ? 1.0 : 0.0, rhs[pe + i] = mode[i] != OPEN ? bias_n[i] : 0.0;
+    for (int e = 0; e < 2; ++e) {
+      closing[pe + k + 2 * i + e] = stick ? 1.0 : 0.0, rhs[pe + k + 2 * i + e] = stick ? root[i] * bt[e] : 0.0;
+      for (int col = 0; col < n && stick && plane; ++col) At[e * n + col] *= root[i];
+    }
+  }
+  double* x = a.qacc + m * n;
+  double health[3];
+  contact::solve(s.solve, n, P, k, pe, M, s.Q, R, rhs, closing, K, slide, false, c.rank_floor, c.cut, c.well, x,
+                 a.force + m * n, lam, slide_lam, s.unused, s.unused + k, health);
+  double *normal = c.normal + m * k, *tangent = c.tangent + m * 2 * k, *rate = c.rate + m * k, *out = c.health + m * 3;
+  bool solvable = health[2] > c.pivot_floor;
+  for (int i = 0; i < k; ++i) {
+    solvable = solvable && ::fabs(slide_lam[i]) < INFINITY;
+    normal[i] = mode[i] != OPEN ? lam[pe + i] : 0.0;
+    for (int e = 0; e < 2; ++e)
+      tangent[2 * i + e] = (mode[i] == STICKING ? root[i] * lam[pe + k + 2 * i + e] : 0.0) -
+                           slide[i] * c.mu[i] * normal[i] * direction[2 * i + e];
+    double Ax = 0.0;
+    for (int col = 0; col < n; ++col) Ax += R[size_t(pe + i) * n + col] * x[col];
+    rate[i] = Ax - bias_n[i];
+  }
+  out[0] = health[0], out[1] = health[1], out[2] = solvable ? 1.0 : 0.0;
+}
+
+// the contact dynamics' further arguments and results; `tiles` (a CPU's) lays the members out
+// as on a GPU, where they always are
+#define UKJAX_CONTACT_INPUTS                                                                                     \
+  ffi::Buffer<ffi::S64> contact_index, ffi::Buffer<ffi::F64> contact_data, ffi::Buffer<ffi::F64> friction_b,    \
+      ffi::Buffer<ffi::F64> mode_b, ffi::Buffer<ffi::F64> direction_b, ffi::Buffer<ffi::F64> weight_b,          \
+      ffi::Buffer<ffi::F64> rest_b, double rank_floor, double cut, double well, double pivot_floor,             \
+      double slow_turn, int64_t tiles, ffi::ResultBuffer<ffi::F64> qacc, ffi::ResultBuffer<ffi::F64> force,      \
+      ffi::ResultBuffer<ffi::F64> normal_out, ffi::ResultBuffer<ffi::F64> tangent_out,                          \
+      ffi::ResultBuffer<ffi::F64> rate_out, ffi::ResultBuffer<ffi::F64> gap_out,                                \
+      ffi::ResultBuffer<ffi::F64> slip_out, ffi::ResultBuffer<ffi::F64> health_out
+#define UKJAX_CONTACT_BINDING(binding)                                                                              \
+  f64_results<8>(f64_buffers<6>(UKJAX_TREE_BINDING(binding).Arg<ffi::Buffer<ffi::S64>>())                          \
+                     .Attr<double>("rank_floor")                                                                    \
+                     .Attr<double>("cut")                                                                           \
+                     .Attr<double>("well")                                                                          \
+                     .Attr<double>("pivot_floor")                                                                   \
+                     .Attr<double>("slow_turn")                                                                     \
+                     .Attr<int64_t>("tiles"))
+
+#define UKJAX_CONTACT_CALL                                                                                    \
+  contact_index, contact_data, friction_b, mode_b, direction_b, weight_b, rest_b, rank_floor, cut, well,      \
+      pivot_floor, slow_turn, tiles, qacc, force, normal_out, tangent_out, rate_out, gap_out, slip_out,       \
+      health_out
+
+// The contact dynamics' inputs and results in `Contacts` (q̈ and the constraint force in `a`'s)
+static Contacts contact_arguments(Args& a, UKJAX_CONTACT_INPUTS) {
+  Contacts c;
+  c.k = int(friction_b.dimensions()[0]), c.width = int(contact_data.dimensions()[1]);
+  c.index = contact_index.typed_data(), c.data = contact_data.typed_data(), c.mu = friction_b.typed_data();
+  c.mode = mode_b.typed_data(), c.direction = direction_b.typed_data(), c.weight = weight_b.typed_data();
+  c.rest = rest_b.typed_data();
+  c.rank_floor = rank_floor, c.cut = cut, c.well = well, c.pivot_floor = pivot_floor, c.slow_turn = slow_turn;
+  a.qacc = qacc->typed_data(), a.force = force->typed_data(), c.normal = normal_out->typed_data();
+  c.tangent = tangent_out->typed_data(), c.rate = rate_out->typed_data(), c.gap = gap_out->typed_data();
+  c.slip = slip_out->typed_data(), c.health = health_out->typed_data();
+  return c;
+}
 #ifdef UKJAX_CUDA
 
 __global__ void tree_kernel(Args a, char* space, Slices plan, int64_t first, int64_t count) {
@@ -802,6 +976,14 @@ __global__ void tree_kernel(Args a, char* space, Slices plan, int64_t first, int
   if (i >= count) return;
   Carver carver = plan.carver(space, i);
   solve<double>(a, Work<double>(carver, a), first + i);
+}
+
+__global__ void contacts_kernel(Args a, Contacts c, char* space, Slices plan, int64_t first, int64_t count) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  Carver carver = plan.carver(space, i);
+  contact::Bump bump{plan.own(space, i)};
+  tree_contacts(a, c, Work<double>(carver, a), ContactScratch(bump, a.n, a.p + 3 * c.k, c.k), first + i);
 }
 
 // The stream's memory pool keeps what it holds: its default gives it back to the system at
@@ -818,40 +1000,61 @@ static cudaError_t keep_pool() {
   return error;
 }
 
-static ffi::Error UkTreeCudaImpl(cudaStream_t stream, UKJAX_TREE_INPUTS, UKJAX_TREE_SOLVED) {
-  Args a = arguments(UKJAX_TREE_CALL);
-  a.qacc = qacc->typed_data(), a.force = force->typed_data(), a.health = health->typed_data();
-  const int64_t B = qpos.dimensions()[0];
-  const Slices plan = slices(a, B, space);
-  // from the stream's memory pool, freed in the stream's order after the kernels (XLA's scratch
-  // allocator refused it on jax 0.11.2)
+// `launch(space, first, count, blocks)` on each slice of the batch's B members (`plan`), `blocks`
+// of `THREADS` threads, one a member, in a work space from the stream's memory pool, freed in the
+// stream's order after the kernels (XLA's scratch allocator refused it on jax 0.11.2)
+constexpr int THREADS = 128;
+template <class Launch>
+static ffi::Error on_gpu(cudaStream_t stream, const Slices& plan, int64_t B, const char* name, Launch launch) {
   void* work = nullptr;
   static const cudaError_t kept = keep_pool();
   cudaError_t error = kept == cudaSuccess ? cudaMallocAsync(&work, plan.bytes, stream) : kept;
   if (error == cudaSuccess) {
-    const int threads = 128;
     for (int64_t first = 0; first < B && error == cudaSuccess; first += plan.slice) {
       const int64_t count = std::min(plan.slice, B - first);
-      tree_kernel<<<unsigned((count + threads - 1) / threads), threads, 0, stream>>>(
-          a, static_cast<char*>(work), plan, first, count);
+      launch(static_cast<char*>(work), first, count, unsigned((count + THREADS - 1) / THREADS));
       error = cudaGetLastError();
     }
     cudaError_t freed = cudaFreeAsync(work, stream);
     if (error == cudaSuccess) error = freed;
   }
-  if (error != cudaSuccess) return ffi::Error::Internal(std::string("ukjax's tree kernel: ") + cudaGetErrorString(error));
+  if (error != cudaSuccess) return ffi::Error::Internal(std::string(name) + ": " + cudaGetErrorString(error));
   return ffi::Error::Success();
+}
+
+static ffi::Error UkTreeCudaImpl(cudaStream_t stream, UKJAX_TREE_INPUTS, UKJAX_TREE_SOLVED) {
+  Args a = arguments(UKJAX_TREE_CALL);
+  a.qacc = qacc->typed_data(), a.force = force->typed_data(), a.health = health->typed_data();
+  const int64_t B = qpos.dimensions()[0];
+  const Slices plan = slices(a, B, space, 0);
+  return on_gpu(stream, plan, B, "ukjax's tree kernel", [&](char* work, int64_t first, int64_t count, unsigned blocks) {
+    tree_kernel<<<blocks, THREADS, 0, stream>>>(a, work, plan, first, count);
+  });
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeCuda, UkTreeCudaImpl,
                               UKJAX_TREE_SOLVED_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
+static ffi::Error UkTreeContactsCudaImpl(cudaStream_t stream, UKJAX_TREE_INPUTS, UKJAX_CONTACT_INPUTS) {
+  Args a = arguments(UKJAX_TREE_CALL);
+  const Contacts c = contact_arguments(a, UKJAX_CONTACT_CALL);
+  const int64_t B = qpos.dimensions()[0];
+  const Slices plan = slices(a, B, space, scratch_bytes(a.n, a.p + 3 * c.k, c.k));
+  return on_gpu(stream, plan, B, "ukjax's contact kernel", [&](char* work, int64_t first, int64_t count, unsigned blocks) {
+    contacts_kernel<<<blocks, THREADS, 0, stream>>>(a, c, work, plan, first, count);
+  });
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeContactsCuda, UkTreeContactsCudaImpl,
+                              UKJAX_CONTACT_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
+
 #else
 
-// `each(work, member)` for every member of the batch: a chunk of lanes at a time in one work
-// space, or (one lane) the members one after another in the GPU's layout and slices
+// `each(work, own, member)` for every member of the batch: a chunk of lanes at a time in one
+// work space, or (one lane) the members one after another, in the GPU's layout and slices or,
+// not `tiles`, in one compact work space, with `extra` bytes of their own at `own`
 template <class Each>
-static ffi::Error members(const Args& a, int64_t B, int64_t space, Each each) {
+static ffi::Error members(const Args& a, int64_t B, int64_t space, Each each, size_t extra = 0, bool tiles = true) {
   if (B % C) return ffi::Error::InvalidArgument("the batch must be a multiple of the lanes per chunk");
   // kept by each thread from one call to the next: a simulation calls for one state at a time
   static thread_local std::vector<double> memory;
@@ -861,14 +1064,23 @@ static ffi::Error members(const Args& a, int64_t B, int64_t space, Each each) {
     memory.resize(sizing.used / sizeof(double) + sizeof(L) / sizeof(double));
     Carver carver{reinterpret_cast<char*>(memory.data()), 1, 0};
     Work<L> work(carver, a);
-    for (int64_t b0 = 0; b0 < B; b0 += C) each(work, b0);
-  } else {
-    const Slices plan = slices(a, B, space);
+    for (int64_t b0 = 0; b0 < B; b0 += C) each(work, nullptr, b0);
+  } else if (tiles) {
+    const Slices plan = slices(a, B, space, extra);
     memory.resize(plan.bytes / sizeof(double) + 1);
+    char* base = reinterpret_cast<char*>(memory.data());
     for (int64_t m = 0; m < B; ++m) {
-      Carver carver = plan.carver(reinterpret_cast<char*>(memory.data()), m % plan.slice);
-      each(Work<double>(carver, a), m);
+      Carver carver = plan.carver(base, m % plan.slice);
+      each(Work<double>(carver, a), plan.own(base, m % plan.slice), m);
     }
+  } else {
+    Carver sizing{nullptr, 1, 0};
+    Work<double>(sizing, a);
+    memory.resize((sizing.used + extra) / sizeof(double) + 1);
+    char* base = reinterpret_cast<char*>(memory.data());
+    Carver carver{base, 1, 0};
+    const Work<double> work(carver, a);
+    for (int64_t m = 0; m < B; ++m) each(work, base + sizing.used, m);
   }
   return ffi::Error::Success();
 }
@@ -876,7 +1088,7 @@ static ffi::Error members(const Args& a, int64_t B, int64_t space, Each each) {
 static ffi::Error UkTreeImpl(UKJAX_TREE_INPUTS, UKJAX_TREE_SOLVED) {
   Args a = arguments(UKJAX_TREE_CALL);
   a.qacc = qacc->typed_data(), a.force = force->typed_data(), a.health = health->typed_data();
-  return members(a, qpos.dimensions()[0], space, [&](const auto& work, int64_t m) { solve(a, work, m); });
+  return members(a, qpos.dimensions()[0], space, [&](const auto& work, char*, int64_t m) { solve(a, work, m); });
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTree, UkTreeImpl, UKJAX_TREE_SOLVED_BINDING(ffi::Ffi::Bind()));
@@ -891,162 +1103,27 @@ static ffi::Error UkTreeDynamicsImpl(UKJAX_TREE_INPUTS, ffi::ResultBuffer<ffi::F
   a.mass_matrix = mass_out->typed_data(), a.forces = forces_out->typed_data();
   a.rotations = rotations->typed_data(), a.positions = positions->typed_data(), a.twists = twists->typed_data();
   a.velocities = velocities->typed_data(), a.biases = biases->typed_data();
-  return members(a, qpos.dimensions()[0], space, [&](const auto& work, int64_t m) { dynamics(a, work, m); });
+  return members(a, qpos.dimensions()[0], space, [&](const auto& work, char*, int64_t m) { dynamics(a, work, m); });
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeDynamics, UkTreeDynamicsImpl, f64_results<7>(UKJAX_TREE_BINDING(ffi::Ffi::Bind())));
 
 #if UKJAX_LANES == 1
-// the linear algebra of one contact solve at fixed modes (`_contact_solve.cc`)
-void ukjax_contact_solve_state(int n, int P, int k, int p, const double* M, const double* Q, const double* R,
-                               const double* b, const double* closing, const double* K, const double* slide,
-                               bool scales, double floor, double cut, double well, double* x, double* force,
-                               double* lam, double* slide_lam, double* mobility, double* free_rate, double* health);
-
-enum ContactKind { LOWER_LIMIT = 0, UPPER_LIMIT = 1, PLANE = 2 };
-enum Mode { OPEN = 0, SLIDING = 1, STICKING = 2 };
-
-// A tree's acceleration under its equality rows and its contacts in given modes
-// (`kernels.in_modes`: `_stepping.solve_in_modes` for a tree with joint limits and spheres on
-// planes fixed in the world): M, Q and the equality rows as `dynamics` and `solve` assemble
-// them; each contact's rows in closed form, as `JointLimits.contact_rows` and
-// `PlaneContacts.contact_rows` write them (`contact_index`: per contact its `ContactKind` and
-// its coordinate or body, -1 the world; `contact_data`: a limit's bound, or a sphere's centre
-// in its body, radius, the plane's normal and offset and its two tangents); the sliding
-// directions turned as `sliding_now` turns them; then the contact solve, as `solve_modes` does it
-// without the contacts' scales. Per member: q̈, the constraint force, the contacts' normal and
-// tangential forces, the normal rows' rates `A q̈ − b`, the gaps and slips, and (inconsistency,
-// 1 where M is positive definite, 1 where the sliding contacts' normal forces are solvable).
-static ffi::Error UkTreeContactsImpl(UKJAX_TREE_INPUTS, ffi::Buffer<ffi::S64> contact_index,
-                                     ffi::Buffer<ffi::F64> contact_data, ffi::Buffer<ffi::F64> friction_b,
-                                     ffi::Buffer<ffi::F64> mode_b, ffi::Buffer<ffi::F64> direction_b,
-                                     ffi::Buffer<ffi::F64> weight_b, ffi::Buffer<ffi::F64> rest_b, double rank_floor,
-                                     double cut, double well, double pivot_floor, double slow_turn,
-                                     ffi::ResultBuffer<ffi::F64> qacc,
-                                     ffi::ResultBuffer<ffi::F64> force, ffi::ResultBuffer<ffi::F64> normal_out,
-                                     ffi::ResultBuffer<ffi::F64> tangent_out, ffi::ResultBuffer<ffi::F64> rate_out,
-                                     ffi::ResultBuffer<ffi::F64> gap_out, ffi::ResultBuffer<ffi::F64> slip_out,
-                                     ffi::ResultBuffer<ffi::F64> health_out) {
+// The contact dynamics of the batch, one member after another: in one compact work space (the
+// GPU's layout puts a member's values a tile apart: Cassie's M alone then spans 300 KiB), or,
+// `tiles`, in the GPU's layout and slices, which the tests run on a CPU
+static ffi::Error UkTreeContactsImpl(UKJAX_TREE_INPUTS, UKJAX_CONTACT_INPUTS) {
   Args a = arguments(UKJAX_TREE_CALL);
-  const int n = a.n, k = int(friction_b.dimensions()[0]);
-  const int pe = a.p, P = pe + 3 * k;  // the equality rows (the norms', the connects', the caller's), then the contacts'
-  const int width = int(contact_data.dimensions()[1]);
-  const int64_t* index = contact_index.typed_data();
-  const double *data = contact_data.typed_data(), *mu = friction_b.typed_data();
-  const int64_t *moving_start = a.section(MOVING_START), *moving = a.section(MOVING);
-  static thread_local std::vector<double> M, Q, R, rhs, bias_n, closing, K, slide, direction, root, lam, slide_lam, unused;
-  M.resize(size_t(n) * n), Q.resize(n), R.resize(size_t(P) * n), rhs.resize(P), bias_n.resize(k), closing.resize(P);
-  K.resize(size_t(n) * k), slide.resize(k), direction.resize(2 * k), root.resize(k), lam.resize(P);
-  slide_lam.resize(k), unused.resize(2 * k);
-  // one work space, laid out compactly (the GPU's layout, as `members` lays a lane's out, puts a
-  // member's values a tile apart: Cassie's M alone then spans 300 KiB)
-  static thread_local std::vector<double> memory;
-  Carver sizing{nullptr, 1, 0};
-  Work<double>(sizing, a);
-  memory.resize(sizing.used / sizeof(double) + 1);
-  Carver carver{reinterpret_cast<char*>(memory.data()), 1, 0};
-  const Work<double> w(carver, a);
-  for (int64_t m = 0; m < qpos.dimensions()[0]; ++m) {
-    for (int64_t e = 0; e < int64_t(n) * n; ++e) w.E[e] = 0.0;
-    assemble(a, w, m);
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j < n; ++j) M[i * n + j] = w.E[int64_t(std::max(i, j)) * n + std::min(i, j)];
-    for (int i = 0; i < n; ++i) Q[i] = w.Q[i];
-    std::fill(R.begin(), R.end(), 0.0);
-    for (int row = 0; row < pe; ++row) {
-      for (int c = 0; c < n; ++c) R[row * n + c] = w.A[int64_t(row) * n + c];
-      rhs[row] = w.bvec[row], closing[row] = 1.0;
-    }
-    const double *mode = mode_b.typed_data() + m * k, *weight = weight_b.typed_data() + m * k;
-    double *gap = gap_out->typed_data() + m * k, *slip = slip_out->typed_data() + m * 2 * k;
-    // each contact's normal row, then its two tangent rows, their right-hand sides, its gap and slip
-    for (int i = 0; i < k; ++i) {
-      double *An = &R[size_t(pe + i) * n], *At = &R[size_t(pe + k + 2 * i) * n];
-      const double* d = data + i * width;
-      const int kind = int(index[2 * i]), id = int(index[2 * i + 1]);
-      double bt[2] = {0.0, 0.0};
-      if (kind != PLANE) {
-        const double sign = kind == LOWER_LIMIT ? 1.0 : -1.0;
-        An[id] = sign, gap[i] = sign * (w.q[id] - d[0]), bias_n[i] = 0.0;
-      } else {
-        const V3<double> centre = vconst<double>(d), normal = vconst<double>(d + 4), tangents[2] = {vconst<double>(d + 8), vconst<double>(d + 11)};
-        const double radius = d[3];
-        V3<double> x = centre, bias = zero3<double>(), alpha = zero3<double>();
-        if (id >= 0) {
-          x = w.pw[id] + mv(w.Rw[id], centre);
-          const S6<double> V = w.Vb[id], Acc = w.Ab[id];
-          bias = Acc.b + cross(Acc.a, x) + cross(V.a, V.b + cross(V.a, x)), alpha = Acc.a;
-          // the slip is the body's material point's at the touching point (it rolls)
-          const V3<double> touching = x - radius * normal;
-          for (int64_t t = moving_start[id]; t < moving_start[id + 1]; ++t) {
-            const int c = int(moving[t]);
-            const S6<double> Sc = w.S[c];
-            An[c] = dot(normal, Sc.b + cross(Sc.a, x));
-            const V3<double> v = Sc.b + cross(Sc.a, touching);
-            At[c] = dot(tangents[0], v), At[n + c] = dot(tangents[1], v);
-          }
-        }
-        gap[i] = dot(normal, x) - radius - d[7], bias_n[i] = -dot(normal, bias);
-        const V3<double> rolling = bias + radius * cross(normal, alpha);
-        bt[0] = -dot(tangents[0], rolling), bt[1] = -dot(tangents[1], rolling);
-      }
-      // (a limit's tangent rows are zero: the loops over the coordinates below skip them)
-      const bool plane = kind == PLANE;
-      double rates[2] = {0.0, 0.0};
-      for (int c = 0; c < n && plane; ++c) rates[0] += At[c] * w.qd[c], rates[1] += At[n + c] * w.qd[c];
-      slip[2 * i] = rates[0], slip[2 * i + 1] = rates[1];
-      // a sliding contact's direction where it slips forwards: its slip's, turned below `rest`
-      // into the one it started in, `v + slow_turn (rest − |v|) d` (`sliding_now`)
-      const double *given = direction_b.typed_data() + m * 2 * k + 2 * i;
-      const double slow = slow_turn * std::max(rest_b.typed_data()[m] - std::hypot(rates[0], rates[1]), 0.0);
-      const double turned[2] = {rates[0] + slow * given[0], rates[1] + slow * given[1]};
-      const double length = std::hypot(turned[0], turned[1]);
-      const bool turn = mode[i] == SLIDING && rates[0] * given[0] + rates[1] * given[1] > 0;
-      direction[2 * i] = turn ? turned[0] / length : given[0], direction[2 * i + 1] = turn ? turned[1] / length : given[1];
-      // the sliding friction's direction on the coordinates (the solve reads K's column only
-      // where the contact slides), then a sticking contact's tangent rows scaled by √weight (its
-      // share of the friction; the solve reads them only where it sticks)
-      slide[i] = mode[i] == SLIDING && mu[i] > 0 ? 1.0 : 0.0, root[i] = std::sqrt(weight[i]);
-      for (int c = 0; c < n && slide[i] != 0; ++c)
-        K[c * k + i] = mu[i] * (At[c] * direction[2 * i] + At[n + c] * direction[2 * i + 1]);
-      const bool stick = mode[i] == STICKING;
-      closing[pe + i] = mode[i] != OPEN ? 1.0 : 0.0, rhs[pe + i] = mode[i] != OPEN ? bias_n[i] : 0.0;
-      for (int e = 0; e < 2; ++e) {
-        closing[pe + k + 2 * i + e] = stick ? 1.0 : 0.0, rhs[pe + k + 2 * i + e] = stick ? root[i] * bt[e] : 0.0;
-        for (int c = 0; c < n && stick && plane; ++c) At[e * n + c] *= root[i];
-      }
-    }
-    double* x = qacc->typed_data() + m * n;
-    double health[3];
-    ukjax_contact_solve_state(n, P, k, pe, M.data(), Q.data(), R.data(), rhs.data(), closing.data(), K.data(),
-                              slide.data(), false, rank_floor, cut, well, x, force->typed_data() + m * n, lam.data(),
-                              slide_lam.data(), unused.data(), unused.data() + k, health);
-    double *normal = normal_out->typed_data() + m * k, *tangent = tangent_out->typed_data() + m * 2 * k;
-    double *rate = rate_out->typed_data() + m * k, *out = health_out->typed_data() + m * 3;
-    bool solvable = health[2] > pivot_floor;
-    for (int i = 0; i < k; ++i) {
-      solvable = solvable && std::isfinite(slide_lam[i]);
-      normal[i] = mode[i] != OPEN ? lam[pe + i] : 0.0;
-      for (int e = 0; e < 2; ++e)
-        tangent[2 * i + e] = (mode[i] == STICKING ? root[i] * lam[pe + k + 2 * i + e] : 0.0) -
-                             slide[i] * mu[i] * normal[i] * direction[2 * i + e];
-      double Ax = 0.0;
-      for (int c = 0; c < n; ++c) Ax += R[size_t(pe + i) * n + c] * x[c];
-      rate[i] = Ax - bias_n[i];
-    }
-    out[0] = health[0], out[1] = health[1], out[2] = solvable ? 1.0 : 0.0;
-  }
-  return ffi::Error::Success();
+  const Contacts c = contact_arguments(a, UKJAX_CONTACT_CALL);
+  const int P = a.p + 3 * c.k;
+  auto each = [&](const Work<double>& work, char* own, int64_t m) {
+    contact::Bump bump{own};
+    tree_contacts(a, c, work, ContactScratch(bump, a.n, P, c.k), m);
+  };
+  return members(a, qpos.dimensions()[0], space, each, scratch_bytes(a.n, P, c.k), tiles != 0);
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    UkTreeContacts, UkTreeContactsImpl,
-    f64_results<8>(f64_buffers<6>(UKJAX_TREE_BINDING(ffi::Ffi::Bind()).Arg<ffi::Buffer<ffi::S64>>())
-                       .Attr<double>("rank_floor")
-                       .Attr<double>("cut")
-                       .Attr<double>("well")
-                       .Attr<double>("pivot_floor")
-                       .Attr<double>("slow_turn")));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeContacts, UkTreeContactsImpl, UKJAX_CONTACT_BINDING(ffi::Ffi::Bind()));
 #endif
 
 #endif

@@ -13,8 +13,8 @@ Cassie's `M` and `Q` in XLA. Between events a tree with joint limits and spheres
 takes its whole acceleration in given modes from one call (`in_modes`): the rows, the sliding
 directions and the contact solve (`_contact_solve.cc`) in C++.
 
-The same source is built for an NVIDIA GPU with CUDA's compiler, one thread per member (on an
-H200, 2026-11-27: see `benchmarks/gpu.py`). It is built by `_native` (once per machine and
+The same source is built for an NVIDIA GPU with CUDA's compiler, the solve and the contact
+dynamics, one thread per member (the solve on an H200, 2026-11-27: see `benchmarks/gpu.py`). It is built by `_native` (once per machine and
 source), and runs wherever `simulate` solves a covered system in float64 on a CPU or an NVIDIA
 GPU: one call per state, and under `jax.vmap` (`simulate_batch`) one per batch. Derivatives,
 members with parameters of their own, other devices and a machine without a compiler take
@@ -305,30 +305,32 @@ def _xla(system, t, q, qd):
 
 
 def _mapped(static, prepare, run, xla, batches: bool = True):
-    """A kernel as a function of a system's arrays and one state `(t, q, q̇)`, with a batching
-    rule that runs it once over the batch as `vmap` holds it (the batch first: the kernels read
-    and write their members in that layout); members with parameters of their own take the
-    XLA route, and every batch where `batches` is False. `prepare(system, t, q, qd)` is what
-    XLA evaluates for one state and hands to `run(system, q, qd, prepared)`, the kernel on a
-    batch (B, n) of states; `xla(system, t, q, qd)` the same results for one state by XLA."""
+    """A kernel as a function of a system's arrays and one state `(t, q, q̇, *more)` (`more`:
+    further inputs per state, such as contact modes), with a batching rule that runs it once
+    over the batch as `vmap` holds it (the batch first: the kernels read and write their members
+    in that layout); members with parameters of their own take the XLA route, and every batch
+    where `batches` is False. `prepare(system, t, q, qd, *more)` is what XLA evaluates for one
+    state and hands to `run(system, q, qd, prepared)`, the kernel on a batch (B, n) of states;
+    `xla(system, t, q, qd, *more)` the same results for one state by XLA."""
 
-    def kernel(arrays, t, q, qd):
+    def kernel(arrays, t, q, qd, *more):
         system = eqx.combine(arrays, static)  # read from the arrays this call traces
-        prepared = jax.tree.map(lambda x: x[None], prepare(system, t, q, qd))
+        prepared = jax.tree.map(lambda x: x[None], prepare(system, t, q, qd, *more))
         return jax.tree.map(lambda x: x[0], run(system, q[None], qd[None], prepared))
 
     one = jax.custom_batching.custom_vmap(kernel)
 
     @one.def_vmap
-    def _(size, batched, arrays, t, q, qd):
+    def _(size, batched, arrays, t, q, qd, *more):
+        state = (t, q, qd, *more)
         if not batches or any(jax.tree.leaves(batched[0])):
-            axes = jax.tree.map(lambda b: 0 if b else None, batched)
-            results = jax.vmap(lambda a, *state: xla(eqx.combine(a, static), *state), in_axes=axes)(arrays, t, q, qd)
+            axes = jax.tree.map(lambda b: 0 if b else None, tuple(batched))
+            results = jax.vmap(lambda a, *state: xla(eqx.combine(a, static), *state), in_axes=axes)(arrays, *state)
         else:
             system = eqx.combine(arrays, static)
-            axes = tuple(0 if b else None for b in batched[1:])
-            prepared = jax.vmap(lambda t, q, qd: prepare(system, t, q, qd), axes, axis_size=size)(t, q, qd)
-            q, qd = (x if b else jnp.broadcast_to(x, (size, *x.shape)) for x, b in zip((q, qd), batched[2:]))
+            axes = jax.tree.map(lambda b: 0 if b else None, tuple(batched[1:]))
+            prepared = jax.vmap(lambda *state: prepare(system, *state), axes, axis_size=size)(*state)
+            q, qd = (x if b else jnp.broadcast_to(x, (size, *x.shape)) for x, b in zip((q, qd), batched[2:4]))
             results = run(system, q, qd, prepared)
         return results, jax.tree.map(lambda _: True, results)
 
@@ -472,35 +474,63 @@ def _xla_in_modes(system, t, q, qd, modes: Modes, rest):
     return sol.x, sol.constraint_force, sol.normal, sol.tangent, sol.rate, health, state
 
 
-@eqx.filter_custom_jvp
-def _in_modes(system, t, q, qd, modes: Modes, rest):
+def _contact_inputs(system, t, q, qd, modes: Modes, rest):
+    """What `UkTreeContacts` is handed for one state besides it: the forces and rows from
+    outside the kernel (`_outside`), the contacts' modes, sliding directions and weights, and
+    `rest`, (1,)."""
+    parts, _ = contacts_covered(system)
+    per_state = (modes.mode, modes.direction, modes.weight, jnp.reshape(rest, (1,)))
+    return (*_outside(parts, t, q, qd), *(x.astype(q.dtype) for x in per_state))
+
+
+def _contacts_call(system, q: Float[Array, "B n"], qd: Float[Array, "B n"], inputs, tiles=0, space=SPACE):
+    """`kernels.cc`'s contact dynamics (`UkTreeContacts`) of `system` on `B` states, handed
+    `inputs` as `_contact_inputs` gives them under `vmap`: per state q̈ and the constraint force
+    (n), the normal forces (k), tangential ones (k, 2), the normal rows' rates (k), the gaps (k),
+    the slips (k, 2), and (inconsistency, mass positive definite, solvable) (3). `tiles` lays the
+    members out as on a GPU (always so there; a CPU runs them so in the tests), in a work space
+    of at most `space` bytes (the batch in slices that fit)."""
     parts, unilateral = contacts_covered(system)
-    n, dtype = q.shape[0], q.dtype
+    n, dtype = q.shape[1], q.dtype
     index, data, friction = _contact_tables(parts.tree, unilateral, dtype)
     k = index.shape[0]
-    F, A, b = _outside(parts, t, q, qd)
+    F, A, b, *per_state = inputs
     # the solve's rows: the equalities (the quaternions' norms, the connects', the caller's), then
     # k normal and 2k tangent
-    P = len(parts.tree._quaternions()) + 3 * len(parts.connects) + b.shape[0] + 3 * k
+    P = len(parts.tree._quaternions()) + 3 * len(parts.connects) + b.shape[1] + 3 * k
     shapes = ((n,), (n,), (k,), (k, 2), (k,), (k,), (k, 2), (3,))
-    per_state = (modes.mode, modes.direction, modes.weight, jnp.reshape(rest, (1,)))
-    results = _ffi(
+    return _ffi(
         lambda _: TREE_CONTACTS,
         shapes,
         parts,
-        q[None],
-        qd[None],
-        (F[None], A[None], b[None]),
+        q,
+        qd,
+        (F, A, b),
         1,
-        SPACE,
-        extra=(index, data, friction, *(x.astype(dtype)[None] for x in per_state)),
+        space,
+        extra=(index, data, friction, *per_state),
         rank_floor=np.float64(rank_tolerance(P, dtype)),
         cut=np.float64(negligible(P, n, dtype)),
         well=np.float64(WELL_CONDITIONED),
         pivot_floor=np.float64(PIVOT_FLOOR),
         slow_turn=np.float64(SLOW_TURN),
+        tiles=np.int64(tiles),
     )
-    x, force, normal, tangent, rate, gap, slip, health = (x[0] for x in results)
+
+
+def _xla_contacts(system, t, q, qd, modes: Modes, rest):
+    """`_contacts_call`'s results for one state by XLA."""
+    x, force, normal, tangent, rate, health, state = _xla_in_modes(system, t, q, qd, modes, rest)
+    return x, force, normal, tangent, rate, state.gap, state.slip, health
+
+
+@eqx.filter_custom_jvp
+def _in_modes(system, t, q, qd, modes: Modes, rest):
+    arrays, static = eqx.partition(system, eqx.is_array)
+    mapped = _mapped(static, _contact_inputs, _contacts_call, _xla_contacts)
+    x, force, normal, tangent, rate, gap, slip, health = mapped(arrays, t, q, qd, modes, rest)
+    parts, unilateral = contacts_covered(system)
+    friction = _contact_tables(parts.tree, unilateral, q.dtype)[2]
     return x, force, normal, tangent, rate, health, ContactState(gap, slip, friction)
 
 
@@ -516,14 +546,15 @@ def in_modes(
 ) -> tuple[ContactSolution, ContactState] | None:
     """`system`'s contact solve at `(t, q, q̇)` in `modes` (sliding as `sliding_now` turns them
     with `rest`; no contact scales), and its contacts' `ContactState`, by one call of the tree
-    kernel where it runs for `system` (`contacts_covered`, float64 on a CPU, the kernels built),
-    else None. Cassie standing: one call where XLA ran some 230 small kernels around the tree
-    kernel's `M`, `Q` and the contact solve's. Under `vmap` the members one by one; derivatives
-    from the XLA route."""
+    kernel where it runs for `system` (`contacts_covered`, float64 on a CPU or an NVIDIA GPU,
+    the kernels built for it), else None. Cassie standing: one call where XLA ran some 230
+    small kernels around the tree kernel's `M`, `Q` and the contact solve's. Under `vmap` one
+    call for the batch (on a GPU a thread a member); derivatives from the XLA route."""
     parts = contacts_covered(system)
     dtypes = {x.dtype for x in jax.tree.leaves(system) if eqx.is_inexact_array(x)} | {q.dtype, qd.dtype}
     float64 = dtypes == {jnp.dtype(jnp.float64)}
-    if parts is None or not float64 or jax.default_backend() != "cpu" or not (enabled() and built()):
+    platform = jax.default_backend()
+    if parts is None or not float64 or platform not in _BUILDS or not (enabled() and _BUILDS[platform]()):
         return None
     x, force, normal, tangent, rate, (inconsistency, mass_ok, solvable), state = _in_modes(
         system, t, q, qd, modes, rest
