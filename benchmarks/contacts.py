@@ -39,9 +39,14 @@ def closed_forms(speeds):
     return sphere, speeds**2 / (2 * MU * G)
 
 
-def run_ukjax(speeds):
+def scene():
+    """The scene as ukjax models it: its tree under its equality and unilateral constraints."""
     model = ukjax.models.from_mjcf(SCENE)
-    system = ukjax.ConstrainedSystem(model.system, model.constraints + model.unilateral)
+    return model, ukjax.ConstrainedSystem(model.system, model.constraints + model.unilateral)
+
+
+def run_ukjax(speeds):
+    model, system = scene()
     mj = mujoco.MjModel.from_xml_path(str(SCENE))
     starts = []
     for v in speeds:

@@ -4,16 +4,21 @@ on every host core as the baseline. The cases of `ukjax bench` (`ukjax/_bench.py
 RK4 at 1 ms, limits off in MuJoCo): Cassie, the gripper of `examples/gripper.xml`, the
 coordinated robots [3] (ukjax's own model, which the kernel does not cover, and the same chain
 read from its MJCF, which it does); and the contact scene `examples/contacts.xml` (1 s, adaptive;
-its solve runs on the XLA route on a GPU).
+between events its contact dynamics on the kernel, where built for the GPU).
 
 Columns: members, M steps/s (member-steps per second of wall clock, after compiling), the ratio
-to MuJoCo's `rollout`, ukjax's compile time (the first call's time beyond a compiled call's), and
-the largest loop-closure violation over the run (ukjax: `sol.phi` every 10th step). Where
+to MuJoCo's `rollout`, the compile time (ukjax: the first call's time beyond a compiled call's;
+MuJoCo Warp: from its model's transfer to the end of its first run, beyond a later run's time),
+and the largest loop-closure violation over the run (ukjax: `sol.phi` every 10th step; MuJoCo's,
+MJX's and MuJoCo Warp's: their equality rows' `efc_pos`, from their states every 10th step of
+32 members). MuJoCo Warp runs in float32, its only precision, one captured graph a step. A peer
+that is not installed (`pip install -e '.[bench]'`) is left out with a line that says so. Where
 the kernel runs, a line after each of its rows gives its solve alone (a call on the batch, four
 a step) and its share of a step.
 
     python benchmarks/gpu.py [--batches 1024,16384,65536] [--steps 200] [--xla-batch 16384]
-                             [--mujoco-batch 4096] [--mjx-batch 4096] [--contacts-batch 0]
+                             [--mujoco-batch 4096] [--mjx-batch 4096] [--warp-batch 16384]
+                             [--contacts-batch 0]
 """
 
 import argparse
@@ -95,6 +100,7 @@ def main():
     parser.add_argument("--xla-batch", type=int, default=16384, help="members of the XLA route's batch (0: left out)")
     parser.add_argument("--mujoco-batch", type=int, default=4096, help="members of MuJoCo's `rollout`")
     parser.add_argument("--mjx-batch", type=int, default=4096, help="members of MJX's batch (0: left out)")
+    parser.add_argument("--warp-batch", type=int, default=16384, help="members of MuJoCo Warp's batch (0: left out)")
     parser.add_argument("--contacts-batch", type=int, default=0, help="members of the contact scene (0: left out)")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
@@ -106,12 +112,6 @@ def main():
         f"mujoco {mujoco.__version__}; float64 (MuJoCo's own float64 on the host); RK4, dt {_bench.DT} s, "
         f"{args.steps} steps (the XLA route {args.steps // 2})"
     )
-    try:
-        import mujoco_warp  # noqa: F401
-
-        print("(MuJoCo Warp is installed, but this script does not drive it yet: left out)")
-    except ImportError:
-        print("(MuJoCo Warp left out: `mujoco_warp` is not installed)")
     print(f"{'case':32s} {'simulator':14s} {'members':>8s} {'M steps/s':>10s} {'ratio':>8s} {'compile':>8s} {'violation':>10s}")
     cases = [_bench.cassie(), _bench.gripper(), _bench.coordinated(), coordinated_mjcf()]
     xla = []
@@ -122,6 +122,11 @@ def main():
             mjx = _bench.peer(name, "mjx", _bench.run_mjx, xml, qpos, ctrl, args.mjx_batch, args.steps, violation)
             if mjx is not None:
                 row(name, "mjx", args.mjx_batch, mjx[0], baseline, violation=mjx[1])
+        if args.warp_batch:
+            run = _bench.run_mujoco_warp
+            warp = _bench.peer(name, "mujoco warp", run, xml, qpos, ctrl, args.warp_batch, args.steps, violation)
+            if warp is not None:
+                row(name, "mujoco warp", args.warp_batch, warp[0], baseline, warp[2], warp[1])
         covered = kernels.runs(system, q0.dtype, jax.default_backend()) is not None
         if covered:
             print(f"{name:32s} (kernel against the XLA route at 64 states: {agreement(system, q0):.1e})", flush=True)
@@ -142,10 +147,11 @@ def main():
         from benchmarks import contacts
 
         speeds = np.linspace(0.5, 2.0, args.contacts_batch)
+        route = "ukjax kernel" if kernels.contacts_run(contacts.scene()[1], jnp.float64, jax.default_backend()) else "ukjax XLA"
         start = time.perf_counter()
         result = contacts.run_ukjax(speeds)
         print(
-            f"{'contacts.xml, 1 s, contacts':32s} {'ukjax XLA':14s} {args.contacts_batch:>8d} "
+            f"{'contacts.xml, 1 s, contacts':32s} {route:14s} {args.contacts_batch:>8d} "
             f"{result['rate']:10.1f} member-s/s, compile {result['compile']:.1f} s, penetration "
             f"{result['penetration']:.1e} m, all SUCCESS: {result['success']} ({time.perf_counter() - start:.0f} s)"
         )

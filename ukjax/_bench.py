@@ -278,6 +278,50 @@ def run_mjx(xml, qpos, ctrl, batch, steps, violation):
     return batch * steps / elapsed, violation(np.asarray(sensors), np.asarray(qpos))
 
 
+def run_mujoco_warp(xml, qpos, ctrl, batch, steps, violation):
+    """MuJoCo Warp (float32, its only precision) on Warp's default device, the batch as its
+    worlds, each step one launch of a captured graph where the device is a GPU: member-steps per
+    second (best of three runs from the start), the violation over a further run (its first 32
+    members' states read back at every step), and the time from the model's transfer to the end
+    of the first run beyond the best run (its kernels' compiling and loading)."""
+    import mujoco
+    import warp as wp
+
+    wp.config.log_level = wp.LOG_WARNING  # before MuJoCo Warp starts it: no banner, no line a kernel
+    import mujoco_warp as mjw
+
+    model = mujoco.MjModel.from_xml_string(xml)
+    data = mujoco.MjData(model)
+    data.qpos[:] = qpos
+    if ctrl.size:
+        data.ctrl[:] = ctrl
+    began = time.perf_counter()
+    m, d = mjw.put_model(model), mjw.put_data(model, data, nworld=batch)
+    start_qpos, start_qvel = wp.clone(d.qpos), wp.clone(d.qvel)
+    step = lambda: mjw.step(m, d)  # noqa: E731
+    if wp.get_device().is_cuda:
+        with wp.ScopedCapture() as capture:  # loads the kernels, records without running
+            mjw.step(m, d)
+        step = lambda: wp.capture_launch(capture.graph)  # noqa: E731
+
+    def run(record=False):
+        wp.copy(d.qpos, start_qpos), wp.copy(d.qvel, start_qvel)
+        records = []
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+            if record:
+                records.append((d.sensordata.numpy()[:32], d.qpos.numpy()[:32]))
+        wp.synchronize()
+        return time.perf_counter() - start, records
+
+    run()
+    first = time.perf_counter() - began
+    best = min(run()[0] for _ in range(3))
+    sensors, states = (np.stack(x, axis=1).astype(np.float64) for x in zip(*run(record=True)[1]))
+    return batch * steps / best, violation(sensors, states), first - best
+
+
 def main(
     argv: list[str] | None = None, *, batch: int = 2048, steps: int = 1000, mjx_batch: int = 256, cache: bool = True
 ) -> None:

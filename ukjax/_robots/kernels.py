@@ -541,6 +541,17 @@ def _in_modes_jvp(primals, tangents):
     return _in_modes(*primals), tangent
 
 
+def contacts_run(system, dtype, platform: str = "cpu") -> bool:
+    """Whether `in_modes` runs on the kernel for `system` with states of `dtype` on `platform`
+    (`"cpu"` or `"gpu"`, as `jax.default_backend()` names them): `contacts_covered(system)`,
+    every array of the system and the states in float64, the kernels not turned off
+    (`UKJAX_KERNELS=0`) and built for the platform."""
+    dtypes = {x.dtype for x in jax.tree.leaves(system) if eqx.is_inexact_array(x)} | {jnp.dtype(dtype)}
+    if contacts_covered(system) is None or dtypes != {jnp.dtype(jnp.float64)} or platform not in _BUILDS:
+        return False
+    return enabled() and _BUILDS[platform]()
+
+
 def in_modes(
     system, t, q: Float[Array, " n"], qd: Float[Array, " n"], modes: Modes, rest
 ) -> tuple[ContactSolution, ContactState] | None:
@@ -550,11 +561,7 @@ def in_modes(
     the kernels built for it), else None. Cassie standing: one call where XLA ran some 230
     small kernels around the tree kernel's `M`, `Q` and the contact solve's. Under `vmap` one
     call for the batch (on a GPU a thread a member); derivatives from the XLA route."""
-    parts = contacts_covered(system)
-    dtypes = {x.dtype for x in jax.tree.leaves(system) if eqx.is_inexact_array(x)} | {q.dtype, qd.dtype}
-    float64 = dtypes == {jnp.dtype(jnp.float64)}
-    platform = jax.default_backend()
-    if parts is None or not float64 or platform not in _BUILDS or not (enabled() and _BUILDS[platform]()):
+    if qd.dtype != q.dtype or not contacts_run(system, q.dtype, jax.default_backend()):
         return None
     x, force, normal, tangent, rate, (inconsistency, mass_ok, solvable), state = _in_modes(
         system, t, q, qd, modes, rest
