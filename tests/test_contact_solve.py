@@ -1,4 +1,4 @@
-"""The compiled contact solve (`ukjax/_contact_solve.cc`) against the XLA route
+"""The compiled contact solve (`ukjax/_contact_solve.h`) against the XLA route
 (`_unilateral._dense_solve`, which the contact tests check against closed forms, MuJoCo and
 DOP853), on every route of its pseudo-inverse, under `vmap`, and differentiated."""
 

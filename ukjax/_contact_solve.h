@@ -9,8 +9,8 @@
 //
 // Host and device code alike (no allocation, no library call a GPU lacks): a state's work space
 // is cut from one piece of memory (`ContactWork`), sized for its row and contact counts. Included
-// by `_contact_solve.cc` (the solve's own handler, for the XLA route's `M` and rows) and by
-// `_robots/kernels.cc` (a tree's contact dynamics, on a CPU and an NVIDIA GPU).
+// by `_robots/kernels.cc`, whose handlers run it alone (`UkContactSolve`: the XLA route's `M` and
+// rows) and in a tree's contact dynamics (`UkTreeContacts`), on a CPU and an NVIDIA GPU.
 #pragma once
 
 #include <cfloat>

@@ -5,11 +5,11 @@ CUDA's compiler for an NVIDIA GPU (`built_cuda`), where JAX runs on one. `UKJAX_
 turns them off for the programs traced after it is set.
 
 - `_robots/kernels.cc`: the U-K solve of a rigid-body tree (`_robots/kernels.py`), its `M`
-  and `Q` alone, and its contact dynamics in given modes, built for chunks of `LANES` states
-  and for one, and (the solve and the contact dynamics) for a GPU.
+  and `Q` alone, and its contact dynamics in given modes (`kernels.in_modes`), built for chunks
+  of `LANES` states and for one, and (all but `M` and `Q`) for a GPU; and the contact solve at
+  fixed modes alone (`_unilateral.solve_modes`), built for one lane and for a GPU.
 - `_contact_solve.h`: the linear algebra of a contact solve at fixed modes, host and device
-  code, which `_contact_solve.cc` runs for `_unilateral.solve_modes` (CPU) and the tree
-  kernel's contact dynamics for `kernels.in_modes` (CPU and GPU).
+  code, which `kernels.cc` includes.
 """
 
 import ctypes
@@ -26,14 +26,18 @@ from pathlib import Path
 
 import jax
 
-_SOURCES = (Path(__file__).with_name("_robots") / "kernels.cc", Path(__file__).with_name("_contact_solve.cc"))
-_HEADER = Path(__file__).with_name("_contact_solve.h")  # included by both sources
+_SOURCES = (Path(__file__).with_name("_robots") / "kernels.cc",)
+_HEADER = Path(__file__).with_name("_contact_solve.h")  # included by kernels.cc
 # `C` in kernels.cc: a batch is padded to a multiple. One state runs on a build of one lane: on
 # Cassie 36 µs against 168 for a padded chunk (eight states: 237 µs one by one, 174 as a chunk).
 LANES = 32
 CONTACT_SOLVE = "ukjax_contact_solve"
 # a tree's acceleration with its limits and plane contacts in given modes (`kernels.in_modes`)
 TREE_CONTACTS = "ukjax_tree_contacts"
+# the work space of a GPU's build (and of the CPU's build of one lane in the GPU's layout), at
+# most: Cassie's 42 880 bytes a member make slices of 50 000 members, past the 32 768 at which
+# its throughput on an H200 stopped growing
+SPACE = 1 << 31
 
 
 def _cache_dir() -> Path:
@@ -128,11 +132,11 @@ def built() -> bool:
 
 @functools.cache
 def built_cuda() -> bool:
-    """Build the tree kernel and its contact dynamics for this machine's NVIDIA GPU with CUDA's
-    compiler (`NVCC`, default `nvcc` on the path or in `/usr/local/cuda/bin`), once per GPU
-    model, source and JAX, and register them for the CUDA platform under the targets of the
-    CPU's build of one lane, whose layout they share; False, with one warning that says why,
-    where that fails (the XLA route runs)."""
+    """Build the tree kernel, its contact dynamics and the contact solve for this machine's
+    NVIDIA GPU with CUDA's compiler (`NVCC`, default `nvcc` on the path or in
+    `/usr/local/cuda/bin`), once per GPU model, source and JAX, and register them for the CUDA
+    platform under the targets of the CPU's build of one lane, whose layout they share; False,
+    with one warning that says why, where that fails (the XLA route runs)."""
     compiler = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     command = [
         compiler,
@@ -151,17 +155,18 @@ def built_cuda() -> bool:
         device = jax.devices("gpu")[0]
         if "rocm" in device.client.platform_version.lower():
             raise OSError(f"the GPU is not an NVIDIA one ({device.client.platform_version})")
-        handles = _build(compiler, command, _SOURCES[:1], {"cuda": []}, device.device_kind)
+        handles = _build(compiler, command, _SOURCES, {"cuda": []}, device.device_kind)
     except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
         warnings.warn(
             f"ukjax could not build its tree kernel for this GPU with {compiler!r} ({_reason(error)}). "
-            "Robot trees and their contacts run on the XLA route there; set NVCC to CUDA's compiler.",
+            "Robot trees and contact solves run on the XLA route there; set NVCC to CUDA's compiler.",
             RuntimeWarning,
             stacklevel=2,
         )
         return False
     jax.ffi.register_ffi_target(tree_target(1), jax.ffi.pycapsule(handles["cuda"].UkTreeCuda), platform="CUDA")
     jax.ffi.register_ffi_target(TREE_CONTACTS, jax.ffi.pycapsule(handles["cuda"].UkTreeContactsCuda), platform="CUDA")
+    jax.ffi.register_ffi_target(CONTACT_SOLVE, jax.ffi.pycapsule(handles["cuda"].UkContactSolveCuda), platform="CUDA")
     return True
 
 
@@ -186,7 +191,7 @@ def targets() -> list[str]:
     if built():
         names = [tree_target(LANES), tree_target(1), dynamics_target(LANES), dynamics_target(1), CONTACT_SOLVE, TREE_CONTACTS]
     if jax.default_backend() == "gpu" and built_cuda():
-        names += [name for name in (tree_target(1), TREE_CONTACTS) if name not in names]
+        names += [name for name in (tree_target(1), TREE_CONTACTS, CONTACT_SOLVE) if name not in names]
     return names
 
 

@@ -333,10 +333,14 @@ def unilaterals(system) -> list[AbstractUnilateral]:
 
 
 def compiled(dtype, platform: str) -> bool:
-    """Whether the contact solve at fixed modes runs on its compiled kernel
-    (`_contact_solve.cc`) for arrays of `dtype` on `platform`: float64 on a CPU, the kernels
-    not turned off (`UKJAX_KERNELS=0`) and built."""
-    return platform == "cpu" and jnp.dtype(dtype) == jnp.float64 and _native.enabled() and _native.built()
+    """Whether the contact solve at fixed modes runs on its compiled kernel (`_contact_solve.h`)
+    for arrays of `dtype` on `platform` (`"cpu"` or `"gpu"`, as `jax.default_backend()` names
+    them): float64, the kernels not turned off (`UKJAX_KERNELS=0`) and built for the platform
+    (on a GPU one thread a state)."""
+    builds = {"cpu": _native.built, "gpu": _native.built_cuda}
+    if jnp.dtype(dtype) != jnp.float64 or platform not in builds:
+        return False
+    return _native.enabled() and builds[platform]()
 
 
 def _dense_solve(
@@ -393,7 +397,7 @@ def _dense_solve(
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(7, 8))
 def _native_solve(M, Q, rows, b, closing, K, slide, p, scales):
-    """`_dense_solve` by the compiled kernel (`_contact_solve.cc`), its derivatives from
+    """`_dense_solve` by the compiled kernel (`_contact_solve.h`), its derivatives from
     `_dense_solve`."""
     n, P, k = Q.shape[-1], b.shape[-1], slide.shape[-1]
     batch = Q.shape[:-1]
@@ -415,6 +419,7 @@ def _native_solve(M, Q, rows, b, closing, K, slide, p, scales):
         floor=np.float64(la.rank_tolerance(P, Q.dtype)),
         cut=np.float64(la.negligible(P, n, Q.dtype)),
         well=np.float64(la.WELL_CONDITIONED),
+        space=np.int64(_native.SPACE),
     )
 
 

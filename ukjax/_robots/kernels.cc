@@ -6,10 +6,12 @@
 // caller evaluates (forces applied from outside, further constraint rows) added; then the U-K
 // solve (`uk_solve`). The library's formulas, in world-frame spatial vectors. Built and called
 // by `kernels.py`, which checks that a system is made only of what this file and the caller
-// model, and hands it the tree's structure as index tables (`Section`).
+// model, and hands it the tree's structure as index tables (`Section`). Also the tree's
+// acceleration under joint limits and plane contacts in given modes (`UkTreeContacts`), and the
+// contact solve at fixed modes alone (`UkContactSolve`), both on `_contact_solve.h`.
 //
 // One source, three builds, all computing a member with `solve<T>` (or `dynamics<T>`: M and Q alone, with
-// the kinematics and motion behind them):
+// the kinematics and motion behind them; or, T a double, `tree_contacts` or `ContactSolve`):
 // - for a CPU, chunks of C lanes (`UKJAX_LANES`): T is `L`, C states side by side, a loop the
 //   compiler vectorizes;
 // - for a CPU, one lane: T is `double`, the members one after another, each with its work space
@@ -784,13 +786,17 @@ struct Slices {
   HD Carver carver(char* space, int64_t i) const { return {space + size_t(i / TILE) * tile, TILE, i % TILE}; }
   HD char* own(char* space, int64_t i) const { return space + size_t(i / TILE) * tile + work + size_t(i % TILE) * extra; }
 };
+// ... with `work` bytes of work space a tile (none for the contact solve alone)
+static Slices slices(size_t work, int64_t B, int64_t space, size_t extra) {
+  const size_t tile = work + TILE * extra;
+  const int64_t tiles = std::max<int64_t>(1, std::min<int64_t>((B + TILE - 1) / TILE, space / int64_t(tile)));
+  const int64_t slice = std::min(B, tiles * TILE);
+  return {slice, work, extra, tile, size_t((slice + TILE - 1) / TILE) * tile};
+}
 static Slices slices(const Args& a, int64_t B, int64_t space, size_t extra) {
   Carver sizing{nullptr, TILE, 0};
   Work<double>(sizing, a);
-  const size_t tile = sizing.used + TILE * extra;
-  const int64_t tiles = std::max<int64_t>(1, std::min<int64_t>((B + TILE - 1) / TILE, space / int64_t(tile)));
-  const int64_t slice = std::min(B, tiles * TILE);
-  return {slice, sizing.used, extra, tile, size_t((slice + TILE - 1) / TILE) * tile};
+  return slices(sizing.used, B, space, extra);
 }
 
 enum ContactKind { LOWER_LIMIT = 0, UPPER_LIMIT = 1, PLANE = 2 };
@@ -969,6 +975,58 @@ static Contacts contact_arguments(Args& a, UKJAX_CONTACT_INPUTS) {
   c.slip = slip_out->typed_data(), c.health = health_out->typed_data();
   return c;
 }
+// The contact solve at fixed modes alone (`UkContactSolve`: the XLA route's
+// `_unilateral.solve_modes`, which hands it M, Q and the rows) of a batch of states, state `s`
+// at `s` × its size in each array; inputs and results as `contact::solve` takes them
+struct ContactSolve {
+  int n, P, k, p;
+  bool scales;
+  double floor, cut, well;
+  const double *M, *Q, *R, *b, *closing, *K, *slide;
+  double *x, *force, *lam, *slide_lam, *mobility, *free_rate, *health;
+
+  HD void operator()(const contact::ContactWork& w, int64_t s) const {
+    const int64_t nn = n, PP = P, kk = k;
+    contact::solve(w, n, P, k, p, M + s * nn * nn, Q + s * nn, R + s * PP * nn, b + s * PP, closing + s * PP,
+                   K + s * nn * kk, slide + s * kk, scales, floor, cut, well, x + s * nn, force + s * nn,
+                   lam + s * PP, slide_lam + s * kk, mobility + s * kk, free_rate + s * kk, health + s * 3);
+  }
+};
+
+#define UKJAX_SOLVE_INPUTS                                                                                         \
+  ffi::Buffer<ffi::F64> Mb, ffi::Buffer<ffi::F64> Qb, ffi::Buffer<ffi::F64> Rb, ffi::Buffer<ffi::F64> bb,          \
+      ffi::Buffer<ffi::F64> closing_b, ffi::Buffer<ffi::F64> Kb, ffi::Buffer<ffi::F64> slide_b, int64_t p_eq,      \
+      int64_t scales, double floor, double cut, double well, int64_t space, ffi::ResultBuffer<ffi::F64> x_out,   \
+      ffi::ResultBuffer<ffi::F64> force_out, ffi::ResultBuffer<ffi::F64> lam_out,                               \
+      ffi::ResultBuffer<ffi::F64> slide_out, ffi::ResultBuffer<ffi::F64> mobility_out,                          \
+      ffi::ResultBuffer<ffi::F64> free_out, ffi::ResultBuffer<ffi::F64> health_out
+#define UKJAX_SOLVE_BINDING(binding) \
+  f64_results<7>(f64_buffers<7>(binding) \
+                     .Attr<int64_t>("p") \
+                     .Attr<int64_t>("scales") \
+                     .Attr<double>("floor") \
+                     .Attr<double>("cut") \
+                     .Attr<double>("well") \
+                     .Attr<int64_t>("space"))
+
+// The solve's buffers in `ContactSolve`, and the batch's states (its leading dimensions)
+static ContactSolve solve_arguments(int64_t& batch, UKJAX_SOLVE_INPUTS) {
+  ContactSolve c;
+  c.n = int(Qb.dimensions().back()), c.P = int(bb.dimensions().back()), c.k = int(slide_b.dimensions().back());
+  c.p = int(p_eq), c.scales = scales != 0, c.floor = floor, c.cut = cut, c.well = well;
+  c.M = Mb.typed_data(), c.Q = Qb.typed_data(), c.R = Rb.typed_data(), c.b = bb.typed_data();
+  c.closing = closing_b.typed_data(), c.K = Kb.typed_data(), c.slide = slide_b.typed_data();
+  c.x = x_out->typed_data(), c.force = force_out->typed_data(), c.lam = lam_out->typed_data();
+  c.slide_lam = slide_out->typed_data(), c.mobility = mobility_out->typed_data();
+  c.free_rate = free_out->typed_data(), c.health = health_out->typed_data();
+  batch = int64_t(Qb.element_count()) / std::max(c.n, 1);
+  return c;
+}
+
+#define UKJAX_SOLVE_CALL \
+  Mb, Qb, Rb, bb, closing_b, Kb, slide_b, p_eq, scales, floor, cut, well, space, x_out, force_out, lam_out, slide_out, \
+      mobility_out, free_out, health_out
+
 #ifdef UKJAX_CUDA
 
 __global__ void tree_kernel(Args a, char* space, Slices plan, int64_t first, int64_t count) {
@@ -1048,6 +1106,25 @@ static ffi::Error UkTreeContactsCudaImpl(cudaStream_t stream, UKJAX_TREE_INPUTS,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeContactsCuda, UkTreeContactsCudaImpl,
                               UKJAX_CONTACT_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
+__global__ void contact_solve_kernel(ContactSolve solve, char* space, Slices plan, int64_t first, int64_t count) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  contact::Bump bump{plan.own(space, i)};
+  solve(contact::ContactWork(bump, solve.n, solve.P, solve.k), first + i);
+}
+
+static ffi::Error UkContactSolveCudaImpl(cudaStream_t stream, UKJAX_SOLVE_INPUTS) {
+  int64_t B = 0;
+  const ContactSolve solve = solve_arguments(B, UKJAX_SOLVE_CALL);
+  const Slices plan = slices(0, B, space, contact::work_bytes(solve.n, solve.P, solve.k));
+  return on_gpu(stream, plan, B, "ukjax's contact solve", [&](char* work, int64_t first, int64_t count, unsigned blocks) {
+    contact_solve_kernel<<<blocks, THREADS, 0, stream>>>(solve, work, plan, first, count);
+  });
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UkContactSolveCuda, UkContactSolveCudaImpl,
+                              UKJAX_SOLVE_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
+
 #else
 
 // `each(work, own, member)` for every member of the batch: a chunk of lanes at a time in one
@@ -1124,6 +1201,22 @@ static ffi::Error UkTreeContactsImpl(UKJAX_TREE_INPUTS, UKJAX_CONTACT_INPUTS) {
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeContacts, UkTreeContactsImpl, UKJAX_CONTACT_BINDING(ffi::Ffi::Bind()));
+
+// The contact solve alone, one state after another in one work space, kept by each thread from
+// one call to the next (a simulation calls this for one state at a time; allocating it per state
+// cost a tenth of a contact solve on Cassie)
+static ffi::Error UkContactSolveImpl(UKJAX_SOLVE_INPUTS) {
+  int64_t B = 0;
+  const ContactSolve solve = solve_arguments(B, UKJAX_SOLVE_CALL);
+  static thread_local std::vector<double> memory;
+  memory.resize(contact::work_bytes(solve.n, solve.P, solve.k) / sizeof(double) + 1);
+  contact::Bump bump{reinterpret_cast<char*>(memory.data())};
+  const contact::ContactWork work(bump, solve.n, solve.P, solve.k);
+  for (int64_t s = 0; s < B; ++s) solve(work, s);
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(UkContactSolve, UkContactSolveImpl, UKJAX_SOLVE_BINDING(ffi::Ffi::Bind()));
 #endif
 
 #endif

@@ -11,7 +11,7 @@ they were computed from (`motion`), which the rows of loops and contacts read: a
 contacts solves its rows with the contact solve's kernel, and took 34 µs per state on
 Cassie's `M` and `Q` in XLA. Between events a tree with joint limits and spheres on planes
 takes its whole acceleration in given modes from one call (`in_modes`): the rows, the sliding
-directions and the contact solve (`_contact_solve.cc`) in C++.
+directions and the contact solve (`_contact_solve.h`) in C++.
 
 The same source is built for an NVIDIA GPU with CUDA's compiler, the solve and the contact
 dynamics, one thread per member (the solve on an H200, 2026-11-27: see `benchmarks/gpu.py`). It is built by `_native` (once per machine and
@@ -33,7 +33,7 @@ from jaxtyping import Array, Float
 from .._constraints import AbstractConstraint, Baumgarte, stack_rows
 from .._core import UKSolution
 from .._linalg import WELL_CONDITIONED, negligible, rank_tolerance
-from .._native import LANES, TREE_CONTACTS, built, built_cuda, dynamics_target, enabled, tree_target
+from .._native import LANES, SPACE, TREE_CONTACTS, built, built_cuda, dynamics_target, enabled, tree_target
 from .._systems import AbstractSystem, ConstrainedSystem, Forced
 from .._unilateral import (
     PIVOT_FLOOR,
@@ -56,9 +56,6 @@ from .tree import NORM_GAINS, RigidBodyTree
 
 _KINDS = {"hinge": 0, "slide": 1, "ball": 2, "free": 3}
 _BUILDS = {"cpu": built, "gpu": built_cuda}
-# the work space of the GPU's build, at most: Cassie's 42 880 bytes a member make slices of
-# 50 000 members, past the 32 768 at which its throughput on an H200 stopped growing
-SPACE = 1 << 31
 
 
 class Parts(NamedTuple):
