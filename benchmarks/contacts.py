@@ -26,7 +26,7 @@ import mujoco  # noqa: E402
 
 import ukjax  # noqa: E402
 from benchmarks.references import mujoco_c_rate  # noqa: E402
-from ukjax._bench import compiled_and_timed  # noqa: E402
+from ukjax._bench import compiled_and_timed, mujoco_warp  # noqa: E402
 
 G, MU, LIMIT, START = 9.81, 0.4, np.deg2rad(-30), np.deg2rad(75)
 SCENE = ukjax.examples.path("contacts.xml")
@@ -74,11 +74,10 @@ def run_mujoco(speeds, solref):
     if solref is not None:
         mj.geom_solref[:] = solref
         mj.jnt_solref[:] = solref
-    penetration, past, creep, finals, starts = 0.0, 0.0, 0.0, [], []
-    for v in speeds:
+    penetration, past, creep, finals, starts = 0.0, 0.0, 0.0, [], list(zip(*mujoco_starts(mj, speeds)))
+    for qpos, qvel in starts:
         data = mujoco.MjData(mj)
-        data.qpos[0], data.qvel[1], data.qvel[7] = START, v, v
-        starts.append((data.qpos.copy(), data.qvel.copy()))
+        data.qpos[:], data.qvel[:] = qpos, qvel
         rod = data.qpos[15:18].copy()
         for _ in range(round(1.0 / mj.opt.timestep)):
             mujoco.mj_step(mj, data)
@@ -90,6 +89,30 @@ def run_mujoco(speeds, solref):
     # the measurements above step in Python; the speed is the C step's, the same runs
     rate = mujoco_c_rate(mj, starts, 1.0)
     return dict(penetration=penetration, past_limit=past, creep=creep, final=(sphere, box), rate=rate)
+
+
+def mujoco_starts(mj, speeds):
+    """MuJoCo's `qpos` and `qvel` of every member, (batch, nq) and (batch, nv): the pendulum
+    released from `START`, the sphere and the box launched at its speed."""
+    qpos, qvel = np.tile(mj.qpos0, (len(speeds), 1)), np.zeros((len(speeds), mj.nv))
+    qpos[:, 0], qvel[:, 1], qvel[:, 7] = START, speeds, speeds
+    return qpos, qvel
+
+
+def run_mujoco_warp(speeds):
+    """MuJoCo Warp (float32) on the scene at its own 0.1 ms step with its default `solref`, 1 s
+    of every member, the batch as its worlds (`ukjax._bench.mujoco_warp`): the largest
+    penetration of the floor over the run, the sphere's and the box's x at its end, the batch's
+    simulated seconds per wall-clock second and its compile time."""
+    mj = mujoco.MjModel.from_xml_path(str(SCENE))
+
+    def penetration(d):
+        touching = d.contact.dist.numpy()[: int(d.nacon.numpy()[0])]
+        return max(0.0, -float(touching.min(initial=0)))
+
+    steps = round(1.0 / mj.opt.timestep)
+    wall, compile_s, penetrations, final = mujoco_warp(mj, *mujoco_starts(mj, speeds), np.zeros(0), steps, penetration)
+    return dict(penetration=max(penetrations), final=(final[:, 1], final[:, 8]), rate=len(speeds) / wall, compile=compile_s)
 
 
 def main():

@@ -24,7 +24,6 @@ a step) and its share of a step.
 import argparse
 import contextlib
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -144,18 +143,42 @@ def main():
             rate, worst, compile_s, failed = _bench.run_ukjax(system, q0, args.xla_batch, args.steps // 2)
             row(name, "ukjax XLA", args.xla_batch, rate, baseline, compile_s, worst, failed)
     if args.contacts_batch:
-        from benchmarks import contacts
+        contact_scene(args)
 
-        speeds = np.linspace(0.5, 2.0, args.contacts_batch)
-        route = "ukjax kernel" if kernels.contacts_run(contacts.scene()[1], jnp.float64, jax.default_backend()) else "ukjax XLA"
-        start = time.perf_counter()
-        result = contacts.run_ukjax(speeds)
+
+def contact_scene(args):
+    """`examples/contacts.xml`, 1 s of every member (`benchmarks/contacts.py`'s runs): member-seconds
+    per second, compile time, the largest penetration and the sphere's and box's largest distance
+    from their closed forms; MuJoCo's C step on one host thread (`rollout`, its default `solref`,
+    0.1 ms, at most 64 members) as the baseline, MuJoCo Warp at the same step."""
+    import mujoco
+
+    from benchmarks import contacts
+    from benchmarks.references import mujoco_c_rate
+
+    speeds = np.linspace(0.5, 1.5, args.contacts_batch)
+    exact = contacts.closed_forms(speeds)
+    case = "contacts.xml, 1 s, contacts"
+
+    def line(route, members, result, baseline):
+        error = max(float(np.max(np.abs(result["final"][i] - exact[i]))) for i in range(2))
         print(
-            f"{'contacts.xml, 1 s, contacts':32s} {route:14s} {args.contacts_batch:>8d} "
-            f"{result['rate']:10.1f} member-s/s, compile {result['compile']:.1f} s, penetration "
-            f"{result['penetration']:.1e} m, all SUCCESS: {result['success']} ({time.perf_counter() - start:.0f} s)"
+            f"{case:32s} {route:14s} {members:>8d} {result['rate']:10.1f} member-s/s {result['rate'] / baseline:8.2f}x, "
+            f"compile {result['compile']:.1f} s, penetration {result['penetration']:.1e} m, from the closed forms "
+            f"{error:.1e} m" + (f", all SUCCESS: {result['success']}" if "success" in result else ""),
+            flush=True,
         )
 
+    mj = mujoco.MjModel.from_xml_path(str(contacts.SCENE))
+    few = speeds[: min(64, len(speeds))]
+    baseline = mujoco_c_rate(mj, list(zip(*contacts.mujoco_starts(mj, few))), 1.0)
+    print(f"{case:32s} {'mujoco 1 thread':14s} {len(few):>8d} {baseline:10.1f} member-s/s", flush=True)
+    if args.warp_batch:
+        warp = _bench.peer(case, "mujoco warp", contacts.run_mujoco_warp, speeds)
+        if warp is not None:
+            line("mujoco warp", len(speeds), warp, baseline)
+    route = "ukjax kernel" if kernels.contacts_run(contacts.scene()[1], jnp.float64, jax.default_backend()) else "ukjax XLA"
+    line(route, len(speeds), contacts.run_ukjax(speeds), baseline)
 
 if __name__ == "__main__":
     main()

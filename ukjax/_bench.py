@@ -278,48 +278,67 @@ def run_mjx(xml, qpos, ctrl, batch, steps, violation):
     return batch * steps / elapsed, violation(np.asarray(sensors), np.asarray(qpos))
 
 
-def run_mujoco_warp(xml, qpos, ctrl, batch, steps, violation):
-    """MuJoCo Warp (float32, its only precision) on Warp's default device, the batch as its
-    worlds, each step one launch of a captured graph where the device is a GPU: member-steps per
-    second (best of three runs from the start), the violation over a further run (its first 32
-    members' states read back at every step), and the time from the model's transfer to the end
-    of the first run beyond the best run (its kernels' compiling and loading)."""
+def mujoco_warp(model, qpos, qvel, ctrl, steps: int, record):
+    """MuJoCo Warp (float32, its only precision) on Warp's default device: `model` (an
+    `MjModel`) from the states `qpos`, `qvel`, shapes (batch, nq) and (batch, nv), as its worlds,
+    the controls `ctrl` (nu,) held, `steps` steps of its own time step, each one launch of a
+    captured graph where the device is a GPU.
+
+    **Returns:**
+
+    The best wall time of three runs from the start; the time from the model's transfer to the
+    end of a first run beyond it (compiling and loading its kernels); `record(d)` after each
+    step of a further run (a list), `d` its data; and that run's last `qpos` (float64).
+    """
     import mujoco
     import warp as wp
 
     wp.config.log_level = wp.LOG_WARNING  # before MuJoCo Warp starts it: no banner, no line a kernel
     import mujoco_warp as mjw
 
-    model = mujoco.MjModel.from_xml_string(xml)
     data = mujoco.MjData(model)
-    data.qpos[:] = qpos
     if ctrl.size:
         data.ctrl[:] = ctrl
     began = time.perf_counter()
-    m, d = mjw.put_model(model), mjw.put_data(model, data, nworld=batch)
-    start_qpos, start_qvel = wp.clone(d.qpos), wp.clone(d.qvel)
+    m, d = mjw.put_model(model), mjw.put_data(model, data, nworld=qpos.shape[0])
     step = lambda: mjw.step(m, d)  # noqa: E731
     if wp.get_device().is_cuda:
         with wp.ScopedCapture() as capture:  # loads the kernels, records without running
             mjw.step(m, d)
         step = lambda: wp.capture_launch(capture.graph)  # noqa: E731
 
-    def run(record=False):
-        wp.copy(d.qpos, start_qpos), wp.copy(d.qvel, start_qvel)
+    def run(record=None):
+        d.qpos.assign(qpos.astype(np.float32)), d.qvel.assign(qvel.astype(np.float32))
+        d.time.zero_()
         records = []
         start = time.perf_counter()
         for _ in range(steps):
             step()
-            if record:
-                records.append((d.sensordata.numpy()[:32], d.qpos.numpy()[:32]))
+            if record is not None:
+                records.append(record(d))
         wp.synchronize()
         return time.perf_counter() - start, records
 
     run()
     first = time.perf_counter() - began
     best = min(run()[0] for _ in range(3))
-    sensors, states = (np.stack(x, axis=1).astype(np.float64) for x in zip(*run(record=True)[1]))
-    return batch * steps / best, violation(sensors, states), first - best
+    records = run(record)[1]
+    return best, first - best, records, d.qpos.numpy().astype(np.float64)
+
+
+def run_mujoco_warp(xml, qpos, ctrl, batch, steps, violation):
+    """MuJoCo Warp (`mujoco_warp`) on a case from its start at rest, the batch as its worlds:
+    member-steps per second, the violation over a further run (its first 32 members' states at
+    every step) and its compile time."""
+    import mujoco
+
+    model = mujoco.MjModel.from_xml_string(xml)
+    starts = np.tile(qpos, (batch, 1)), np.zeros((batch, model.nv))
+    best, compile_s, records, _ = mujoco_warp(
+        model, *starts, ctrl, steps, lambda d: (d.sensordata.numpy()[:32], d.qpos.numpy()[:32])
+    )
+    sensors, states = (np.stack(x, axis=1).astype(np.float64) for x in zip(*records))
+    return batch * steps / best, violation(sensors, states), compile_s
 
 
 def main(
