@@ -4,7 +4,8 @@ on every host core as the baseline. The cases of `ukjax bench` (`ukjax/_bench.py
 RK4 at 1 ms, limits off in MuJoCo): Cassie, the gripper of `examples/gripper.xml`, the
 coordinated robots [3] (ukjax's own model, which the kernel does not cover, and the same chain
 read from its MJCF, which it does); and the contact scene `examples/contacts.xml` (1 s, adaptive;
-between events its contact dynamics on the kernel, where built for the GPU).
+its contact solve and, between events, its contact dynamics on the kernel where built for the
+GPU) against MuJoCo's C step on one host thread and MuJoCo Warp (`contact_scene`).
 
 Columns: members, M steps/s (member-steps per second of wall clock, after compiling), the ratio
 to MuJoCo's `rollout`, the compile time (ukjax: the first call's time beyond a compiled call's;

@@ -19,7 +19,8 @@ P = EQUALITIES + 3 * CONTACTS
 
 def problem(kind: str, seed: int = 0):
     """`(M, Q, rows, b, closing, K, slide)`: two equality rows and four contacts (normal rows,
-    then two tangent rows each), contacts 0-2 closed, 0 and 1 sticking, 2 sliding, 3 open."""
+    then two tangent rows each), contacts 0-2 closed, 0 and 1 sticking, 2 sliding, 3 open (all
+    sticking for "more rows than coordinates")."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(N, N))
     M = X @ X.T + N * np.eye(N)
@@ -36,9 +37,13 @@ def problem(kind: str, seed: int = 0):
         M = M - 2 * np.linalg.eigvalsh(M).max() * np.eye(N)
     closed = np.array([1, 1, 1, 0], bool)
     stick = np.array([1, 1, 0, 0], bool)
+    if kind == "more rows than coordinates":
+        # every contact sticking: 14 closed rows on 12 coordinates, some dependent (the basis
+        # and its factors narrower than the rows)
+        closed[:], stick[:] = True, True
     closing = np.concatenate([np.ones(EQUALITIES, bool), closed, np.repeat(stick, 2)])
     b = np.where(closing, rng.normal(size=P), 0)
-    slide = np.array([0, 0, 1, 0], float)
+    slide = np.where(stick, 0.0, [0, 0, 1, 0])
     direction = rng.normal(size=(CONTACTS, 2))
     direction /= np.linalg.norm(direction, axis=1, keepdims=True)
     tangents = rows[EQUALITIES + CONTACTS :].reshape(CONTACTS, 2, N)
@@ -47,7 +52,7 @@ def problem(kind: str, seed: int = 0):
     return tuple(jnp.asarray(x) for x in (M, Q, rows, b, closing.astype(float), K, slide))
 
 
-KINDS = ["independent", "dependent", "nearly dependent", "zero rows", "no mass matrix"]
+KINDS = ["independent", "dependent", "nearly dependent", "zero rows", "no mass matrix", "more rows than coordinates"]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -109,9 +109,11 @@ HD bool factor_leaves_first(int n, const double* M, double* L, int* lo, int* hi,
 // row-normalised Gram matrix with diagonal pivoting (at each step the row farthest from the span
 // of those taken: `_linalg._pivoted_qr`'s choice, at a third of its cost on Cassie's 25 closed
 // rows); a row left out is measured against the span on the rows themselves. Its arrays are cut
-// for at most `most` rows of `n` columns.
+// for at most `most` rows of `columns` columns: the basis's coordinates and factors for at most
+// as many rows as columns (Cassie standing, 123 rows of 35 columns: 569 KB a state, 878 KB
+// with every factor square).
 struct Pseudoinverse {
-  int m = 0, n = 0, rank = 0;
+  int m = 0, n = 0, rank = 0, width = 0;  // width: Lc's row, min(m, n) ≥ rank
   enum { INDEPENDENT, DEPENDENT, SVD } route = INDEPENDENT;
   const double* B = nullptr;
   double *d, *Lc, *N, *Pt;  // lengths, coordinates in the basis, factor of Yᵀ D² Y, SVD's B⁺ᵀ
@@ -119,11 +121,11 @@ struct Pseudoinverse {
   double *U, *G, *left, *c, *residual, *YY, *W, *V, *inverse, *y;
 
   HD Pseudoinverse(Bump& s, int most, int columns) {
-    const size_t square = size_t(most) * most, wide = size_t(most) * columns;
-    d = s.take<double>(most), Lc = s.take<double>(square), N = s.take<double>(square), Pt = s.take<double>(wide);
-    order = s.take<int>(most), taken_at = s.take<int>(most);
+    const size_t basis = size_t(imin(most, columns)), square = size_t(most) * most, wide = size_t(most) * columns;
+    d = s.take<double>(most), Lc = s.take<double>(most * basis), N = s.take<double>(basis * basis);
+    Pt = s.take<double>(wide), order = s.take<int>(most), taken_at = s.take<int>(most);
     U = s.take<double>(wide), G = s.take<double>(square), left = s.take<double>(most), c = s.take<double>(most);
-    residual = s.take<double>(columns), YY = s.take<double>(square), W = s.take<double>(wide);
+    residual = s.take<double>(columns), YY = s.take<double>(basis * basis), W = s.take<double>(wide);
     V = s.take<double>(square), inverse = s.take<double>(most), y = s.take<double>(most);
   }
 
@@ -143,26 +145,26 @@ struct Pseudoinverse {
     if (route == INDEPENDENT) {  // λ = D⁻¹ Ĝ⁻¹ D⁻¹ e with Ĝ = Y Yᵀ in the order taken
       for (int j = 0; j < rank; ++j) {
         double t = e[order[j]] / d[order[j]];
-        for (int k = 0; k < j; ++k) t -= Lc[order[j] * m + k] * y[k];
-        y[j] = t / Lc[order[j] * m + j];
+        for (int k = 0; k < j; ++k) t -= Lc[order[j] * width + k] * y[k];
+        y[j] = t / Lc[order[j] * width + j];
       }
       for (int j = rank - 1; j >= 0; --j) {
         double t = y[j];
-        for (int k = j + 1; k < rank; ++k) t -= Lc[order[k] * m + j] * y[k];
-        y[j] = t / Lc[order[j] * m + j];
+        for (int k = j + 1; k < rank; ++k) t -= Lc[order[k] * width + j] * y[k];
+        y[j] = t / Lc[order[j] * width + j];
         lam[order[j]] = y[j] / d[order[j]];
       }
     } else {  // B Bᵀ = C Cᵀ with C = D Y: λ = C (Cᵀ C)⁻² Cᵀ e
       for (int k = 0; k < rank; ++k) {
         double t = 0;
-        for (int i = 0; i < m; ++i) t += d[i] * Lc[i * m + k] * e[i];
+        for (int i = 0; i < m; ++i) t += d[i] * Lc[i * width + k] * e[i];
         y[k] = t;
       }
       solve_normal(y);
       solve_normal(y);
       for (int i = 0; i < m; ++i) {
         double t = 0;
-        for (int k = 0; k < rank; ++k) t += Lc[i * m + k] * y[k];
+        for (int k = 0; k < rank; ++k) t += Lc[i * width + k] * y[k];
         lam[i] = d[i] * t;
       }
     }
@@ -188,8 +190,8 @@ struct Pseudoinverse {
 };
 
 HD void Pseudoinverse::factor(int rows, int columns, const double* rows_B, double floor, double cut, double well) {
-  m = rows, n = columns, rank = 0, route = INDEPENDENT, B = rows_B;
-  for (int i = 0; i < m * m; ++i) Lc[i] = 0.0;
+  m = rows, n = columns, rank = 0, width = imin(m, n), route = INDEPENDENT, B = rows_B;
+  for (int i = 0; i < m * width; ++i) Lc[i] = 0.0;
   for (int i = 0; i < m; ++i) {
     d[i] = ::sqrt(dot(&B[i * n], &B[i * n], n));
     left[i] = 1.0, taken_at[i] = -1;
@@ -206,8 +208,8 @@ HD void Pseudoinverse::factor(int rows, int columns, const double* rows_B, doubl
     const double g = ::sqrt(left[best]);
     for (int i = 0; i < m; ++i) {
       if (taken_at[i] >= 0) continue;
-      double a = i == best ? g : (G[i * m + best] - dot(&Lc[i * m], &Lc[best * m], j)) / g;
-      Lc[i * m + j] = a;
+      double a = i == best ? g : (G[i * m + best] - dot(&Lc[i * width], &Lc[best * width], j)) / g;
+      Lc[i * width + j] = a;
       left[i] -= a * a;
     }
     taken_at[best] = j;
@@ -215,7 +217,7 @@ HD void Pseudoinverse::factor(int rows, int columns, const double* rows_B, doubl
   }
   bool exact = true;
   for (int j = 0; j < rank; ++j) {
-    double g = Lc[order[j] * m + j];
+    double g = Lc[order[j] * width + j];
     exact = exact && g * g > well;
   }
   // a row left out against the span, on the rows: Û_i − cᵀ Û_taken with Y_taken c = Y_i
@@ -224,9 +226,9 @@ HD void Pseudoinverse::factor(int rows, int columns, const double* rows_B, doubl
     if (taken_at[i] >= 0) continue;
     dependent = true;
     for (int j = rank - 1; j >= 0; --j) {
-      double t = Lc[i * m + j];
-      for (int k = j + 1; k < rank; ++k) t -= Lc[order[k] * m + j] * c[k];
-      c[j] = t / Lc[order[j] * m + j];
+      double t = Lc[i * width + j];
+      for (int k = j + 1; k < rank; ++k) t -= Lc[order[k] * width + j] * c[k];
+      c[j] = t / Lc[order[j] * width + j];
     }
     for (int k = 0; k < n; ++k) residual[k] = U[i * n + k];
     for (int j = 0; j < rank; ++j)
@@ -239,8 +241,8 @@ HD void Pseudoinverse::factor(int rows, int columns, const double* rows_B, doubl
     for (int i = 0; i < rank * rank; ++i) YY[i] = N[i] = 0.0;
     for (int i = 0; i < m; ++i)
       for (int a = 0; a < rank; ++a) {
-        const double w = d[i] * d[i] * Lc[i * m + a];
-        for (int b = 0; b <= a; ++b) YY[a * rank + b] += w * Lc[i * m + b];
+        const double w = d[i] * d[i] * Lc[i * width + a];
+        for (int b = 0; b <= a; ++b) YY[a * rank + b] += w * Lc[i * width + b];
       }
     cholesky(rank, YY, N);
     return;
