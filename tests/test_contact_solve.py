@@ -61,11 +61,15 @@ def kernel():
         pytest.skip("no C++ compiler: the contact solve runs on the XLA route")
 
 
+# one program for both routes, compiled once for every kind (op by op, every operation of the
+# XLA route compiles apart)
+both_routes = jax.jit(lambda *a: (_native_solve(*a, EQUALITIES, True), _dense_solve(*a, EQUALITIES)))
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_kernel_matches_the_xla_route(kind):
     args = problem(kind)
-    # one program for both routes (op by op, every operation of the XLA route compiles apart)
-    native, dense = jax.jit(lambda *a: (_native_solve(*a, EQUALITIES, True), _dense_solve(*a, EQUALITIES)))(*args)
+    native, dense = both_routes(*args)
     names = ["x", "force", "lambda", "sliding lambda", "mobility", "free rate", "health"]
     if kind == "no mass matrix":
         assert float(native[-1][1]) == float(dense[-1][1]) == 0.0
