@@ -182,8 +182,8 @@ def contact_scene(args):
         warp = _bench.peer(case, "mujoco warp", contacts.run_mujoco_warp, speeds)
         if warp is not None:
             line("mujoco warp", len(speeds), warp, baseline)
-    route = "ukjax kernel" if kernels.contacts_run(contacts.scene()[1], jnp.float64, jax.default_backend()) else "ukjax XLA"
-    line(route, len(speeds), contacts.run_ukjax(speeds), baseline)
+    on_kernel = kernels.contacts_run(contacts.scene()[1], jnp.float64, jax.default_backend())
+    line("ukjax kernel" if on_kernel else "ukjax XLA", len(speeds), contacts.run_ukjax(speeds), baseline)
 
 if __name__ == "__main__":
     main()

@@ -1000,13 +1000,13 @@ struct ContactSolve {
       ffi::ResultBuffer<ffi::F64> force_out, ffi::ResultBuffer<ffi::F64> lam_out,                               \
       ffi::ResultBuffer<ffi::F64> slide_out, ffi::ResultBuffer<ffi::F64> mobility_out,                          \
       ffi::ResultBuffer<ffi::F64> free_out, ffi::ResultBuffer<ffi::F64> health_out
-#define UKJAX_SOLVE_BINDING(binding) \
-  f64_results<7>(f64_buffers<7>(binding) \
-                     .Attr<int64_t>("p") \
-                     .Attr<int64_t>("scales") \
-                     .Attr<double>("floor") \
-                     .Attr<double>("cut") \
-                     .Attr<double>("well") \
+#define UKJAX_SOLVE_BINDING(binding)                                                                                 \
+  f64_results<7>(f64_buffers<7>(binding)                                                                             \
+                     .Attr<int64_t>("p")                                                                             \
+                     .Attr<int64_t>("scales")                                                                        \
+                     .Attr<double>("floor")                                                                          \
+                     .Attr<double>("cut")                                                                            \
+                     .Attr<double>("well")                                                                           \
                      .Attr<int64_t>("space"))
 
 // The solve's buffers in `ContactSolve`, and the batch's states (its leading dimensions)
@@ -1023,9 +1023,9 @@ static ContactSolve solve_arguments(int64_t& batch, UKJAX_SOLVE_INPUTS) {
   return c;
 }
 
-#define UKJAX_SOLVE_CALL \
-  Mb, Qb, Rb, bb, closing_b, Kb, slide_b, p_eq, scales, floor, cut, well, space, x_out, force_out, lam_out, slide_out, \
-      mobility_out, free_out, health_out
+#define UKJAX_SOLVE_CALL                                                                                          \
+  Mb, Qb, Rb, bb, closing_b, Kb, slide_b, p_eq, scales, floor, cut, well, space, x_out, force_out, lam_out,         \
+      slide_out, mobility_out, free_out, health_out
 
 #ifdef UKJAX_CUDA
 

@@ -14,12 +14,12 @@ takes its whole acceleration in given modes from one call (`in_modes`): the rows
 directions and the contact solve (`_contact_solve.h`) in C++.
 
 The same source is built for an NVIDIA GPU with CUDA's compiler, the solve and the contact
-dynamics, one thread per member (the solve on an H200, 2026-11-27: see `benchmarks/gpu.py`). It is built by `_native` (once per machine and
-source), and runs wherever `simulate` solves a covered system in float64 on a CPU or an NVIDIA
-GPU: one call per state, and under `jax.vmap` (`simulate_batch`) one per batch. Derivatives,
-members with parameters of their own, other devices and a machine without a compiler take
-the XLA route (`system.solve`). `UKJAX_KERNELS=0` chooses the XLA route for the programs traced
-after it is set.
+dynamics, one thread per member (the solve on an H200, 2026-11-27: see `benchmarks/gpu.py`).
+It is built by `_native` (once per machine and source), and runs wherever `simulate` solves a
+covered system in float64 on a CPU or an NVIDIA GPU: one call per state, and under `jax.vmap`
+(`simulate_batch`) one per batch. Derivatives, members with parameters of their own, other
+devices and a machine without a compiler take the XLA route (`system.solve`).
+`UKJAX_KERNELS=0` chooses the XLA route for the programs traced after it is set.
 """
 
 from typing import NamedTuple
