@@ -1,8 +1,8 @@
 """ukjax's compiled C++ kernels: built once per machine and source with the system's C++
 compiler (`CXX`, default `g++`) into `~/.cache/ukjax/kernels` (`XDG_CACHE_HOME` moves it), and
-registered as XLA FFI targets for the CPU; the tree kernel and its contact dynamics also with
-CUDA's compiler for an NVIDIA GPU (`built_cuda`), where JAX runs on one. `UKJAX_KERNELS=0`
-turns them off for the programs traced after it is set.
+registered as XLA FFI targets for the CPU; all but `M` and `Q` alone also with CUDA's compiler
+for an NVIDIA GPU (`built_cuda`), where JAX runs on one. `UKJAX_KERNELS=0` turns them off for
+the programs traced after it is set.
 
 - `_robots/kernels.cc`: the U-K solve of a rigid-body tree (`_robots/kernels.py`), its `M`
   and `Q` alone, and its contact dynamics in given modes (`kernels.in_modes`), built for chunks
@@ -158,7 +158,7 @@ def built_cuda() -> bool:
         handles = _build(compiler, command, _SOURCES, {"cuda": []}, device.device_kind)
     except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
         warnings.warn(
-            f"ukjax could not build its tree kernel for this GPU with {compiler!r} ({_reason(error)}). "
+            f"ukjax could not build its kernels for this GPU with {compiler!r} ({_reason(error)}). "
             "Robot trees and contact solves run on the XLA route there; set NVCC to CUDA's compiler.",
             RuntimeWarning,
             stacklevel=2,
@@ -168,6 +168,13 @@ def built_cuda() -> bool:
     jax.ffi.register_ffi_target(TREE_CONTACTS, jax.ffi.pycapsule(handles["cuda"].UkTreeContactsCuda), platform="CUDA")
     jax.ffi.register_ffi_target(CONTACT_SOLVE, jax.ffi.pycapsule(handles["cuda"].UkContactSolveCuda), platform="CUDA")
     return True
+
+
+def built_for(platform: str) -> bool:
+    """Whether the kernels are built (built first where needed) for `platform`, `"cpu"` or
+    `"gpu"` as `jax.default_backend()` names them; False on any other platform."""
+    builds = {"cpu": built, "gpu": built_cuda}
+    return platform in builds and builds[platform]()
 
 
 def tree_target(lanes: int) -> str:

@@ -337,10 +337,7 @@ def compiled(dtype, platform: str) -> bool:
     for arrays of `dtype` on `platform` (`"cpu"` or `"gpu"`, as `jax.default_backend()` names
     them): float64, the kernels not turned off (`UKJAX_KERNELS=0`) and built for the platform
     (on a GPU one thread a state)."""
-    builds = {"cpu": _native.built, "gpu": _native.built_cuda}
-    if jnp.dtype(dtype) != jnp.float64 or platform not in builds:
-        return False
-    return _native.enabled() and builds[platform]()
+    return jnp.dtype(dtype) == jnp.float64 and _native.enabled() and _native.built_for(platform)
 
 
 def _dense_solve(

@@ -975,6 +975,7 @@ static Contacts contact_arguments(Args& a, UKJAX_CONTACT_INPUTS) {
   c.slip = slip_out->typed_data(), c.health = health_out->typed_data();
   return c;
 }
+
 // The contact solve at fixed modes alone (`UkContactSolve`: the XLA route's
 // `_unilateral.solve_modes`, which hands it M, Q and the rows) of a batch of states, state `s`
 // at `s` × its size in each array; inputs and results as `contact::solve` takes them

@@ -33,7 +33,7 @@ from jaxtyping import Array, Float
 from .._constraints import AbstractConstraint, Baumgarte, stack_rows
 from .._core import UKSolution
 from .._linalg import WELL_CONDITIONED, negligible, rank_tolerance
-from .._native import LANES, SPACE, TREE_CONTACTS, built, built_cuda, dynamics_target, enabled, tree_target
+from .._native import LANES, SPACE, TREE_CONTACTS, built_for, dynamics_target, enabled, tree_target
 from .._systems import AbstractSystem, ConstrainedSystem, Forced
 from .._unilateral import (
     PIVOT_FLOOR,
@@ -55,7 +55,6 @@ from .joints import Kinematics
 from .tree import NORM_GAINS, RigidBodyTree
 
 _KINDS = {"hinge": 0, "slide": 1, "ball": 2, "free": 3}
-_BUILDS = {"cpu": built, "gpu": built_cuda}
 
 
 class Parts(NamedTuple):
@@ -128,10 +127,14 @@ def runs(system, dtype, platform: str = "cpu") -> Parts | None:
     the states in float64, the kernel not turned off (`UKJAX_KERNELS=0`) and built for the
     platform."""
     parts = covered(system)
+    return parts if parts is not None and _built(system, dtype, platform) else None
+
+
+def _built(system, dtype, platform: str) -> bool:
+    """Every array of `system` and states of `dtype` in float64, the kernels not turned off
+    (`UKJAX_KERNELS=0`) and built for `platform`."""
     dtypes = {x.dtype for x in jax.tree.leaves(system) if eqx.is_inexact_array(x)} | {jnp.dtype(dtype)}
-    if parts is None or dtypes != {jnp.dtype(jnp.float64)} or not enabled() or platform not in _BUILDS:
-        return None
-    return parts if _BUILDS[platform]() else None
+    return dtypes == {jnp.dtype(jnp.float64)} and enabled() and built_for(platform)
 
 
 def _structure(tree: RigidBodyTree, connects: tuple[Connect, ...]) -> np.ndarray:
@@ -543,10 +546,7 @@ def contacts_run(system, dtype, platform: str = "cpu") -> bool:
     (`"cpu"` or `"gpu"`, as `jax.default_backend()` names them): `contacts_covered(system)`,
     every array of the system and the states in float64, the kernels not turned off
     (`UKJAX_KERNELS=0`) and built for the platform."""
-    dtypes = {x.dtype for x in jax.tree.leaves(system) if eqx.is_inexact_array(x)} | {jnp.dtype(dtype)}
-    if contacts_covered(system) is None or dtypes != {jnp.dtype(jnp.float64)} or platform not in _BUILDS:
-        return False
-    return enabled() and _BUILDS[platform]()
+    return contacts_covered(system) is not None and _built(system, dtype, platform)
 
 
 def in_modes(
