@@ -271,6 +271,10 @@ enum Section {
   BEFORE,           // comes before its own, in order
   LOOP_START,       // per connect (k + 1 starts): the coordinates that move either of its
   LOOP,             // bodies, in order (its rows' nonzero columns)
+  ROWS_START,       // per row of the norms and the connects (their count + 1 starts): the
+  ROWS,             // columns its rows of A and of W = L⁻ᵀ Aᵀ can be nonzero on, ascending
+  PAIRS_START,      // per pair of those rows, i ≥ j, a lower triangle's entries by rows: the
+  PAIRS,            // places in row i's and row j's columns of each column both have, ascending
   SECTIONS
 };
 enum Kind { HINGE = 0, SLIDE = 1, BALL = 2, FREE = 3 };
@@ -288,6 +292,34 @@ struct Args {
 
   HD const int64_t* section(int s) const { return structure + structure[s]; }
   HD int size(int s) const { return int(structure[s + 1] - structure[s]); }
+};
+
+// The columns row i of A and W can be nonzero on, ascending (the norms' and the connects' rows
+// their own, closed under M's factor's ancestors, the caller's rows all n), and where W's row
+// starts: W keeps only those columns, so its products and the Gram matrix skip the zeros
+struct Rows {
+  const int64_t *start, *columns, *pair_start, *pairs;
+  int own, n;
+  HD explicit Rows(const Args& a)
+      : start(a.section(ROWS_START)), columns(a.section(ROWS)), pair_start(a.section(PAIRS_START)),
+        pairs(a.section(PAIRS)), own(a.size(ROWS_START) - 1), n(a.n) {}
+  HD int count(int i) const { return i < own ? int(start[i + 1] - start[i]) : n; }
+  HD int column(int i, int t) const { return i < own ? int(columns[start[i] + t]) : t; }
+  HD int64_t at(int i) const { return i < own ? start[i] : start[own] + int64_t(i - own) * n; }
+  // Wᵢ·Wⱼ (i ≥ j) on the columns both rows have, in W's rows `wi` and `wj`, ascending
+  template <class T>
+  HD T overlap(int i, int j, Arr<T> wi, Arr<T> wj) const {
+    T sum = T(0.0);
+    if (i < own) {
+      for (int64_t t = pair_start[i * (i + 1) / 2 + j]; t < pair_start[i * (i + 1) / 2 + j + 1]; t += 2)
+        sum += wi[pairs[t]] * wj[pairs[t + 1]];
+    } else if (j < own) {
+      for (int t = 0; t < count(j); ++t) sum += wi[column(j, t)] * wj[t];
+    } else {
+      for (int c = 0; c < n; ++c) sum += wi[c] * wj[c];
+    }
+    return sum;
+  }
 };
 
 // A member's work space
@@ -311,7 +343,7 @@ struct Work {
     E = c.take<T>(int64_t(n) * n), A = c.take<T>(int64_t(p) * n);
     x = c.take<T>(n), f = c.take<T>(n), D = c.take<T>(n), z = c.take<T>(n), u = c.take<T>(n);
     r = c.take<T>(p), e = c.take<T>(p), s = c.take<T>(p), inv = c.take<T>(p);
-    W = c.take<T>(int64_t(p) * n), G = c.take<T>(int64_t(p) * p);
+    W = c.take<T>(Rows(a).at(p)), G = c.take<T>(int64_t(p) * p);
   }
 };
 
@@ -332,45 +364,53 @@ HD void uk_solve(const Args& a, const Work<T>& w, T& inconsistency, T& fault) {
   for (int c = n - 1; c >= 0; --c) {
     T dk = Mx(c, c);
     for (int64_t ai = start[c]; ai < start[c + 1]; ++ai) {
+      // row c's later entries, which this update reads, are divided by dk after it
       int i = int(anc[ai]);
-      T tmp = Mx(c, i) / dk;
-      Mx(i, i) -= tmp * Mx(c, i);
+      T mci = Mx(c, i), tmp = mci / dk;
+      Mx(i, i) -= tmp * mci;
       for (int64_t aj = ai + 1; aj < start[c + 1]; ++aj) Mx(i, int(anc[aj])) -= tmp * Mx(c, int(anc[aj]));
+      Mx(c, i) = tmp;
     }
-    for (int64_t ai = start[c]; ai < start[c + 1]; ++ai) Mx(c, int(anc[ai])) = Mx(c, int(anc[ai])) / dk;
     D[c] = dk;
   }
   fault = T(0.0);
   for (int c = 0; c < n; ++c) fault = lmax(fault, unhealthy(D[c]));
-  auto solve_transposed = [&](Arr<T> y) {
-    for (int c = n - 1; c >= 0; --c)
-      for (int64_t ai = start[c]; ai < start[c + 1]; ++ai) y[anc[ai]] -= Mx(c, int(anc[ai])) * y[c];
+  // L⁻ᵀ y from column c down (all columns, or a row's: their ancestors are among them)
+  auto transposed_from = [&](Arr<T> y, int c) {
+    T yc = y[c];
+    for (int64_t ai = start[c]; ai < start[c + 1]; ++ai) y[anc[ai]] -= Mx(c, int(anc[ai])) * yc;
   };
   auto solve_L = [&](Arr<T> y) {
-    for (int c = 0; c < n; ++c)
-      for (int64_t ai = start[c]; ai < start[c + 1]; ++ai) y[c] -= Mx(c, int(anc[ai])) * y[anc[ai]];
+    for (int c = 0; c < n; ++c) {
+      T yc = y[c];
+      for (int64_t ai = start[c]; ai < start[c + 1]; ++ai) yc -= Mx(c, int(anc[ai])) * y[anc[ai]];
+      y[c] = yc;
+    }
   };
   for (int c = 0; c < n; ++c) x[c] = w.Q[c];
-  solve_transposed(x);
+  for (int c = n - 1; c >= 0; --c) transposed_from(x, c);
   for (int c = 0; c < n; ++c) x[c] = x[c] / D[c];
   solve_L(x);
   for (int c = 0; c < n; ++c) f[c] = T(0.0);
   inconsistency = T(0.0);
   if (!p) return;
+  const Rows rows(a);
   for (int c = 0; c < n; ++c) z[c] = T(1.0) / lsqrt(D[c]);  // D^{-1/2}
   for (int i = 0; i < p; ++i) {
-    Arr<T> wi = W.from(int64_t(i) * n);
-    for (int c = 0; c < n; ++c) wi[c] = A[int64_t(i) * n + c];
-    solve_transposed(wi);
-    for (int c = 0; c < n; ++c) wi[c] = wi[c] * z[c];
-    r[i] = w.bvec[i];
-    for (int c = 0; c < n; ++c) r[i] -= A[int64_t(i) * n + c] * x[c];
-    e[i] = r[i];
-    for (int j = 0; j <= i; ++j) {
-      T gij = T(0.0);
-      for (int c = 0; c < n; ++c) gij += wi[c] * W[int64_t(j) * n + c];
-      G[i * p + j] = G[j * p + i] = gij;
+    const int count = rows.count(i);
+    Arr<T> wi = W.from(rows.at(i)), Ai = A.from(int64_t(i) * n);
+    // L⁻ᵀ Aᵢᵀ in u, on the row's columns: their ancestors are among them
+    T ri = w.bvec[i];
+    for (int t = 0; t < count; ++t) {
+      int c = rows.column(i, t);
+      T aic = Ai[c];
+      u[c] = aic;
+      ri -= aic * x[c];
     }
+    for (int t = count - 1; t >= 0; --t) transposed_from(u, rows.column(i, t));
+    for (int t = 0; t < count; ++t) wi[t] = u[rows.column(i, t)] * z[rows.column(i, t)];
+    r[i] = e[i] = ri;
+    for (int j = 0; j <= i; ++j) G[i * p + j] = rows.overlap(i, j, wi, W.from(rows.at(j)));
   }
   T largest = T(0.0), frobenius = T(0.0);  // ‖B‖²
   for (int i = 0; i < p; ++i) frobenius += G[i * p + i], largest = lmax(largest, G[i * p + i]);
@@ -381,7 +421,7 @@ HD void uk_solve(const Args& a, const Work<T>& w, T& inconsistency, T& fault) {
   }
   for (int i = 0; i < p; ++i) {
     r[i] = r[i] * inv[i];
-    for (int j = 0; j < p; ++j) G[i * p + j] = G[i * p + j] * inv[i] * inv[j];
+    for (int j = 0; j <= i; ++j) G[i * p + j] = G[i * p + j] * inv[i] * inv[j];  // the lower triangle, all that is read
   }
   for (int j = 0; j < p; ++j) {
     T pivot = G[j * p + j];
@@ -392,23 +432,34 @@ HD void uk_solve(const Args& a, const Work<T>& w, T& inconsistency, T& fault) {
       G[i * p + j] = col;
     }
   }
-  for (int i = 0; i < p; ++i)
-    for (int j = 0; j < i; ++j) r[i] -= G[i * p + j] * r[j];
-  for (int i = 0; i < p; ++i) r[i] = r[i] * inv[i];
-  for (int i = p - 1; i >= 0; --i)
-    for (int j = i + 1; j < p; ++j) r[i] -= G[j * p + i] * r[j];
-  for (int i = 0; i < p; ++i) r[i] = select_gt(s[i], T(0.0), r[i] / s[i], T(0.0));
-  T znorm = T(0.0), rnorm = T(0.0), enorm = T(0.0);
-  for (int c = 0; c < n; ++c) {
-    u[c] = T(0.0);
-    for (int i = 0; i < p; ++i) u[c] += W[int64_t(i) * n + c] * r[i];
-    znorm += u[c] * u[c];
-    z[c] = u[c] * z[c];
-    for (int i = 0; i < p; ++i) f[c] += A[int64_t(i) * n + c] * r[i];
-  }
   for (int i = 0; i < p; ++i) {
+    T ri = r[i];
+    for (int j = 0; j < i; ++j) ri -= G[i * p + j] * r[j];
+    r[i] = ri;
+  }
+  for (int i = 0; i < p; ++i) r[i] = r[i] * inv[i];
+  for (int i = p - 1; i >= 0; --i) {
+    T ri = r[i];
+    for (int j = i + 1; j < p; ++j) ri -= G[j * p + i] * r[j];
+    r[i] = ri;
+  }
+  for (int i = 0; i < p; ++i) r[i] = select_gt(s[i], T(0.0), r[i] / s[i], T(0.0));
+  for (int c = 0; c < n; ++c) u[c] = T(0.0);
+  for (int i = 0; i < p; ++i) {
+    Arr<T> wi = W.from(rows.at(i)), Ai = A.from(int64_t(i) * n);
+    T ri = r[i];
+    for (int t = 0; t < rows.count(i); ++t) {
+      int c = rows.column(i, t);
+      u[c] += wi[t] * ri;
+      f[c] += Ai[c] * ri;
+    }
+  }
+  T znorm = T(0.0), rnorm = T(0.0), enorm = T(0.0);
+  for (int c = 0; c < n; ++c) znorm += u[c] * u[c], z[c] = u[c] * z[c];
+  for (int i = 0; i < p; ++i) {
+    Arr<T> wi = W.from(rows.at(i));
     T Bz = T(0.0);
-    for (int c = 0; c < n; ++c) Bz += W[int64_t(i) * n + c] * u[c];
+    for (int t = 0; t < rows.count(i); ++t) Bz += wi[t] * u[rows.column(i, t)];
     rnorm += (Bz - e[i]) * (Bz - e[i]), enorm += e[i] * e[i];
   }
   T scale = lsqrt(enorm) + lsqrt(frobenius * znorm);
@@ -514,8 +565,8 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
     T cc = dot(c, c);
     for (int u = 0; u < 3; ++u)
       for (int v = 0; v < 3; ++v) I.m[u][v] += a.mass[i] * ((u == v ? cc : T(0.0)) - c.v[u] * c.v[v]);
-    w.Ib[i] = {T(a.mass[i]), a.mass[i] * c, I};
-    w.Ic[i] = w.Ib[i];
+    Inertia<T> J = {T(a.mass[i]), a.mass[i] * c, I};
+    w.Ib[i] = J, w.Ic[i] = J;
   }
   for (int i = b - 1; i >= 0; --i)
     if (par[i] >= 0) {
@@ -547,7 +598,8 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
   V3<T> up = vconst<T>(a.gravity);
   for (int i = 0; i < b; ++i) {
     S6<T> Ai = {w.Ab[i].a, w.Ab[i].b - up}, Vi = w.Vb[i];
-    w.wrench[i] = s6add(apply(w.Ib[i], Ai), force_cross(Vi, apply(w.Ib[i], Vi)));
+    Inertia<T> J = w.Ib[i];
+    w.wrench[i] = s6add(apply(J, Ai), force_cross(Vi, apply(J, Vi)));
   }
   for (int i = b - 1; i >= 0; --i)
     if (par[i] >= 0) w.wrench[par[i]] = s6add(w.wrench[par[i]], w.wrench[i]);
@@ -589,7 +641,9 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
     for (int i = 0; i < n; ++i)
       for (int j = 0; j <= i; ++j) Mx(i, j) += T(a.tendon_arm[t] * a.tendon_coef[t * n + i] * a.tendon_coef[t * n + j]);
   // rows: the quaternions' norms (folded into M and Q), the connects, then the further ones
-  for (int64_t e = 0; e < int64_t(a.p) * n; ++e) A[e] = T(0.0);
+  const Rows rows(a);
+  for (int i = 0; i < rows.own; ++i)  // the caller's rows are written whole below
+    for (int t = 0; t < rows.count(i); ++t) A[int64_t(i) * n + rows.column(i, t)] = T(0.0);
   for (int row = 0; row < nq; ++row) {
     int c = int(nquat[row]);
     T uu = T(0.0), uud = T(0.0), udud = T(0.0), trace = T(0.0);
@@ -855,8 +909,9 @@ HD void tree_contacts(const Args& a, const Contacts& c, const Work<double>& w, c
     for (int j = 0; j < n; ++j) M[i * n + j] = w.E[int64_t(i > j ? i : j) * n + (i > j ? j : i)];
   for (int i = 0; i < n; ++i) s.Q[i] = w.Q[i];
   for (int64_t e = 0; e < int64_t(P) * n; ++e) R[e] = 0.0;
+  const Rows rows(a);
   for (int row = 0; row < pe; ++row) {
-    for (int col = 0; col < n; ++col) R[row * n + col] = w.A[int64_t(row) * n + col];
+    for (int t = 0; t < rows.count(row); ++t) R[row * n + rows.column(row, t)] = w.A[int64_t(row) * n + rows.column(row, t)];
     rhs[row] = w.bvec[row], closing[row] = 1.0;
   }
   const double *mode = c.mode + m * k, *weight = c.weight + m * k;
