@@ -271,6 +271,7 @@ enum Section {
   BEFORE,           // comes before its own, in order
   LOOP_START,       // per connect (k + 1 starts): the coordinates that move either of its
   LOOP,             // bodies, in order (its rows' nonzero columns)
+  LOOP_SIDES,       // per entry of LOOP: 1 where its coordinate moves the first body, + 2 the second
   ROWS_START,       // per row of the norms and the connects (their count + 1 starts): the
   ROWS,             // columns its rows of A and of W = L⁻ᵀ Aᵀ can be nonzero on, ascending
   PAIRS_START,      // per pair of those rows, i ≥ j, a lower triangle's entries by rows: the
@@ -326,7 +327,7 @@ struct Rows {
 template <class T>
 struct Work {
   Arr<M3<T>> Rw, Rl, Ra;
-  Arr<V3<T>> pw, pl, pa, J0, J1, Jw;
+  Arr<V3<T>> pw, pl, pa;
   Arr<S6<T>> S, motion, Vb, Ab, wrench;
   Arr<Inertia<T>> Ib, Ic;
   Arr<T> q, qd, Q, bvec, E, A, x, f, D, z, u, r, e, s, inv, W, G;
@@ -335,7 +336,6 @@ struct Work {
     int b = a.b, J = a.J, n = a.n, p = a.p;
     Rw = c.take<M3<T>>(b), Rl = c.take<M3<T>>(b), Ra = c.take<M3<T>>(J);
     pw = c.take<V3<T>>(b), pl = c.take<V3<T>>(b), pa = c.take<V3<T>>(J);
-    J0 = c.take<V3<T>>(n), J1 = c.take<V3<T>>(n), Jw = c.take<V3<T>>(n);
     S = c.take<S6<T>>(n), motion = c.take<S6<T>>(n), Vb = c.take<S6<T>>(b), Ab = c.take<S6<T>>(b);
     wrench = c.take<S6<T>>(b);
     Ib = c.take<Inertia<T>>(b), Ic = c.take<Inertia<T>>(b);
@@ -658,17 +658,12 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
     }
     bvec[row] = rhs;
   }
-  const int64_t *loop_start = a.section(LOOP_START), *loop = a.section(LOOP);
+  const int64_t *loop_start = a.section(LOOP_START), *loop = a.section(LOOP), *sides = a.section(LOOP_SIDES);
   for (int e = 0; e < k; ++e) {
     // each end: position, velocity Jacobian columns and the rates at q̈ = 0, on the columns
     // that move either end (the rows are zero elsewhere)
     V3<T> xe[2], bias[2], om = zero, alpha1 = zero;
     M3<T> R1 = eye<T>();
-    Arr<V3<T>> Jc[2] = {w.J0, w.J1};
-    for (int64_t t = loop_start[e]; t < loop_start[e + 1]; ++t) {
-      int c = int(loop[t]);
-      w.J0[c] = zero, w.J1[c] = zero, w.Jw[c] = zero;
-    }
     for (int side = 0; side < 2; ++side) {
       int body = int(cb[2 * e + side]);
       V3<T> local = vconst<T>(a.connect_anchors + 6 * e + 3 * side);
@@ -680,29 +675,22 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
       S6<T> V = w.Vb[body], Acc = w.Ab[body];
       V3<T> vel = V.b + cross(V.a, xe[side]);
       bias[side] = Acc.b + cross(Acc.a, xe[side]) + cross(V.a, vel);
-      for (int64_t t = moving_start[body]; t < moving_start[body + 1]; ++t) {
-        int c = int(moving[t]);
-        S6<T> Sc = w.S[c];
-        Jc[side][c] = Sc.b + cross(Sc.a, xe[side]);
-        if (side == 0) w.Jw[c] = Sc.a;
-      }
       if (side == 0) R1 = w.Rw[body], om = V.a, alpha1 = Acc.a;
     }
-    V3<T> rv = xe[0] - xe[1], rd = zero;
+    // each column's velocity Jacobians at the two ends (zero where it moves neither) and the
+    // first end's angular one, into the rows; Φ̇ = A q̇ as they go
+    V3<T> rv = xe[0] - xe[1], rd = zero, phid = zero;
     for (int64_t t = loop_start[e]; t < loop_start[e + 1]; ++t) {
-      int c = int(loop[t]);
-      rd = rd + qd[c] * (w.J0[c] - w.J1[c]);
-      V3<T> col = mtv(R1, (w.J0[c] - w.J1[c]) + cross(rv, w.Jw[c]));
-      for (int u = 0; u < 3; ++u) A[int64_t(nq + 3 * e + u) * n + c] = col.v[u];
+      int c = int(loop[t]), moves = int(sides[t]);
+      S6<T> Sc = w.S[c];
+      V3<T> j0 = moves & 1 ? Sc.b + cross(Sc.a, xe[0]) : zero, j1 = moves & 2 ? Sc.b + cross(Sc.a, xe[1]) : zero;
+      rd = rd + qd[c] * (j0 - j1);
+      V3<T> col = mtv(R1, (j0 - j1) + cross(rv, moves & 1 ? Sc.a : zero));
+      for (int u = 0; u < 3; ++u) A[int64_t(nq + 3 * e + u) * n + c] = col.v[u], phid.v[u] += col.v[u] * qd[c];
     }
     V3<T> bb = bias[0] - bias[1] + cross(rv, alpha1) - 2.0 * cross(om, rd) + cross(om, cross(om, rv));
-    V3<T> rhs = mtv(R1, bb), phi = mtv(R1, rv);  // Φ, and Φ̇ = A q̇ below
-    for (int u = 0; u < 3; ++u) {
-      int row = nq + 3 * e + u;
-      T phid = T(0.0);
-      for (int64_t t = loop_start[e]; t < loop_start[e + 1]; ++t) phid += A[int64_t(row) * n + loop[t]] * qd[loop[t]];
-      bvec[row] = T(0.0) - rhs.v[u] - ga * phid - gb * phi.v[u];
-    }
+    V3<T> rhs = mtv(R1, bb), phi = mtv(R1, rv);  // Φ
+    for (int u = 0; u < 3; ++u) bvec[nq + 3 * e + u] = T(0.0) - rhs.v[u] - ga * phid.v[u] - gb * phi.v[u];
   }
   for (int e = 0; e < r; ++e) {
     int row = nq + 3 * k + e;

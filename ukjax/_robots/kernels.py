@@ -199,31 +199,36 @@ def _structure(tree: RigidBodyTree, connects: tuple[Connect, ...]) -> np.ndarray
     # M is factored following the coordinates' tree, or densely where tendons couple branches
     solve_parents = list(range(-1, n - 1)) if tree.tendon_armature.shape[0] else coordinate_parents
     solve_ancestors = ancestors(solve_parents)
-    loops = [
-        [c for c in range(n) if body[c] in {*chain_of(tree.body_index(c1.body1)), *chain_of(tree.body_index(c1.body2))}]
-        for c1 in connects
-    ]
+    ends = [[{*chain_of(tree.body_index(name))} for name in (c1.body1, c1.body2)] for c1 in connects]
+    loops = [[c for c in range(n) if body[c] in first | second] for first, second in ends]
 
     def closed(columns):
         # the columns a row of W = L⁻ᵀ Aᵀ can be nonzero on: A's, and their ancestors in M's factor
         return sorted({*columns, *(a for c in columns for a in solve_ancestors[c])})
 
-    for lists in (
-        ancestors(coordinate_parents),
-        solve_ancestors,
-        [[c for c in range(n) if body[c] in set(chain_of(i))] for i in range(len(parents))],
-        [[l for l in range(n) if body[l] == body[c] and group(l) < group(c)] for c in range(n)],
-        loops,
-        rows := [closed(range(c, c + 4)) for c in quaternions] + [closed(loop) for loop in loops for _ in range(3)],
+    def ragged(lists):
+        # two sections: where each list starts (and where the last ends), and their entries
+        return [np.cumsum([0] + [len(x) for x in lists]), [a for x in lists for a in x]]
+
+    rows = [closed(range(c, c + 4)) for c in quaternions] + [closed(loop) for loop in loops for _ in range(3)]
+    sections += [
+        *ragged(ancestors(coordinate_parents)),
+        *ragged(solve_ancestors),
+        *ragged([[c for c in range(n) if body[c] in set(chain_of(i))] for i in range(len(parents))]),
+        *ragged([[l for l in range(n) if body[l] == body[c] and group(l) < group(c)] for c in range(n)]),
+        *ragged(loops),
+        [(body[c] in first) + 2 * (body[c] in second) for loop, (first, second) in zip(loops, ends) for c in loop],
+        *ragged(rows),
         # per pair of those rows, i ≥ j in the order of a lower triangle's entries by rows: the
         # places in each row's columns of the columns both have, ascending (W's Gram matrix)
-        [
-            [place for c in sorted({*rows[i]} & {*rows[j]}) for place in (rows[i].index(c), rows[j].index(c))]
-            for i in range(len(rows))
-            for j in range(i + 1)
-        ],
-    ):
-        sections += [np.cumsum([0] + [len(x) for x in lists]), [a for x in lists for a in x]]
+        *ragged(
+            [
+                [place for c in sorted({*rows[i]} & {*rows[j]}) for place in (rows[i].index(c), rows[j].index(c))]
+                for i in range(len(rows))
+                for j in range(i + 1)
+            ]
+        ),
+    ]
     starts = np.cumsum([len(sections) + 1] + [len(x) for x in sections])
     return np.concatenate([starts, *(np.asarray(x, dtype=np.int64) for x in sections)]).astype(np.int64)
 
