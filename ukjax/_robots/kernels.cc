@@ -326,16 +326,15 @@ struct Rows {
 // A member's work space
 template <class T>
 struct Work {
-  Arr<M3<T>> Rw, Rl, Ra;
-  Arr<V3<T>> pw, pl, pa;
+  Arr<M3<T>> Rw;
+  Arr<V3<T>> pw;
   Arr<S6<T>> S, motion, Vb, Ab, wrench;
   Arr<Inertia<T>> Ib, Ic;
   Arr<T> q, qd, Q, bvec, E, A, x, f, D, z, u, r, e, s, inv, W, G;
 
   HD Work(Carver& c, const Args& a) {
-    int b = a.b, J = a.J, n = a.n, p = a.p;
-    Rw = c.take<M3<T>>(b), Rl = c.take<M3<T>>(b), Ra = c.take<M3<T>>(J);
-    pw = c.take<V3<T>>(b), pl = c.take<V3<T>>(b), pa = c.take<V3<T>>(J);
+    int b = a.b, n = a.n, p = a.p;
+    Rw = c.take<M3<T>>(b), pw = c.take<V3<T>>(b);
     S = c.take<S6<T>>(n), motion = c.take<S6<T>>(n), Vb = c.take<S6<T>>(b), Ab = c.take<S6<T>>(b);
     wrench = c.take<S6<T>>(b);
     Ib = c.take<Inertia<T>>(b), Ic = c.take<Inertia<T>>(b);
@@ -487,75 +486,65 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
   const V3<T> zero = zero3<T>();
 
   for (int c = 0; c < n; ++c) load(q[c], a.qpos, member, n, c), load(qd[c], a.qvel, member, n, c);
-  // kinematics: each body's frame in its parent's, its joints applied in order
+  // kinematics, parents first: each body's frame in its parent's, its joints applied in order,
+  // and its coordinates' twists from the frame after their joint
   for (int i = 0; i < b; ++i) {
-    w.Rl[i] = free[i] ? eye<T>() : mconst<T>(a.body_rot + 9 * i);
-    w.pl[i] = free[i] ? zero : vconst<T>(a.body_pos + 3 * i);
-  }
-  for (int j = 0; j < J; ++j) {
-    int i = int(jb[j]), c = int(jc[j]);
-    M3<T> R;
-    V3<T> t;
-    V3<T> ax = vconst<T>(a.axis + 3 * j), o = vconst<T>(a.anchor + 3 * j);
-    if (jk[j] == HINGE) {
-      T th = q[c] - T(a.reference[c]), sn = lsin(th), cs = T(1.0) - lcos(th);
-      M3<T> K;
-      T nil = T(0.0);
-      K.m[0][0] = nil, K.m[0][1] = nil - ax.v[2], K.m[0][2] = ax.v[1];
-      K.m[1][0] = ax.v[2], K.m[1][1] = nil, K.m[1][2] = nil - ax.v[0];
-      K.m[2][0] = nil - ax.v[1], K.m[2][1] = ax.v[0], K.m[2][2] = nil;
-      M3<T> K2 = mm(K, K);
-      R = eye<T>();
-      for (int u = 0; u < 3; ++u)
-        for (int v = 0; v < 3; ++v) R.m[u][v] += sn * K.m[u][v] + cs * K2.m[u][v];
-      t = o - mv(R, o);
-    } else if (jk[j] == SLIDE) {
-      R = eye<T>();
-      t = (q[c] - T(a.reference[c])) * ax;
-    } else if (jk[j] == BALL) {
-      R = quaternion_matrix(q[c], q[c + 1], q[c + 2], q[c + 3]);
-      t = o - mv(R, o);
-    } else {
-      R = quaternion_matrix(q[c + 3], q[c + 4], q[c + 5], q[c + 6]);
-      t = {q[c], q[c + 1], q[c + 2]};
-    }
-    w.pl[i] = w.pl[i] + mv(w.Rl[i], t);
-    w.Rl[i] = mm(w.Rl[i], R);
-    w.Ra[j] = w.Rl[i], w.pa[j] = w.pl[i];
-  }
-  for (int i = 0; i < b; ++i) {
-    if (par[i] < 0) {
-      w.Rw[i] = w.Rl[i], w.pw[i] = w.pl[i];
-    } else {
-      w.Rw[i] = mm(w.Rw[par[i]], w.Rl[i]);
-      w.pw[i] = w.pw[par[i]] + mv(w.Rw[par[i]], w.pl[i]);
-    }
-  }
-  // the coordinates' twists
-  for (int j = 0; j < J; ++j) {
-    int i = int(jb[j]), c = int(jc[j]);
-    M3<T> Rp = par[i] >= 0 ? w.Rw[par[i]] : eye<T>();
-    V3<T> pp = par[i] >= 0 ? w.pw[par[i]] : zero;
-    M3<T> R = mm(Rp, w.Ra[j]);
-    V3<T> pj = pp + mv(Rp, w.pa[j]);
-    V3<T> ax = mv(R, vconst<T>(a.axis + 3 * j));
-    V3<T> o = jk[j] == FREE ? pj : pj + mv(R, vconst<T>(a.anchor + 3 * j));
-    if (jk[j] == HINGE) w.S[c] = {ax, cross(o, ax)};
-    if (jk[j] == SLIDE) w.S[c] = {zero, ax};
-    if (jk[j] == BALL || jk[j] == FREE) {
-      int u0 = jk[j] == FREE ? c + 3 : c;
-      if (jk[j] == FREE)
-        for (int d = 0; d < 3; ++d) {
-          double unit[3] = {0, 0, 0};
-          unit[d] = 1;
-          w.S[c + d] = {zero, vconst<T>(unit)};
-        }
-      T Em[3][4];
-      rate_map(q[u0], q[u0 + 1], q[u0 + 2], q[u0 + 3], Em);
-      for (int col = 0; col < 4; ++col) {
-        V3<T> om = 2.0 * mv(R, V3<T>{Em[0][col], Em[1][col], Em[2][col]});
-        w.S[u0 + col] = {om, cross(o, om)};
+    M3<T> Rp = par[i] >= 0 ? w.Rw[par[i]] : eye<T>(), Rl = free[i] ? eye<T>() : mconst<T>(a.body_rot + 9 * i);
+    V3<T> pp = par[i] >= 0 ? w.pw[par[i]] : zero, pl = free[i] ? zero : vconst<T>(a.body_pos + 3 * i);
+    for (int j = 0; j < J; ++j) {
+      if (jb[j] != i) continue;
+      int c = int(jc[j]);
+      M3<T> R;
+      V3<T> t;
+      V3<T> ax = vconst<T>(a.axis + 3 * j), o = vconst<T>(a.anchor + 3 * j);
+      if (jk[j] == HINGE) {
+        T th = q[c] - T(a.reference[c]), sn = lsin(th), cs = T(1.0) - lcos(th);
+        M3<T> K;
+        T nil = T(0.0);
+        K.m[0][0] = nil, K.m[0][1] = nil - ax.v[2], K.m[0][2] = ax.v[1];
+        K.m[1][0] = ax.v[2], K.m[1][1] = nil, K.m[1][2] = nil - ax.v[0];
+        K.m[2][0] = nil - ax.v[1], K.m[2][1] = ax.v[0], K.m[2][2] = nil;
+        M3<T> K2 = mm(K, K);
+        R = eye<T>();
+        for (int u = 0; u < 3; ++u)
+          for (int v = 0; v < 3; ++v) R.m[u][v] += sn * K.m[u][v] + cs * K2.m[u][v];
+        t = o - mv(R, o);
+      } else if (jk[j] == SLIDE) {
+        R = eye<T>();
+        t = (q[c] - T(a.reference[c])) * ax;
+      } else if (jk[j] == BALL) {
+        R = quaternion_matrix(q[c], q[c + 1], q[c + 2], q[c + 3]);
+        t = o - mv(R, o);
+      } else {
+        R = quaternion_matrix(q[c + 3], q[c + 4], q[c + 5], q[c + 6]);
+        t = {q[c], q[c + 1], q[c + 2]};
       }
+      pl = pl + mv(Rl, t);
+      Rl = mm(Rl, R);
+      M3<T> Rj = mm(Rp, Rl);  // the joint's frame in the world's
+      V3<T> pj = pp + mv(Rp, pl), aw = mv(Rj, ax), ow = jk[j] == FREE ? pj : pj + mv(Rj, o);
+      if (jk[j] == HINGE) w.S[c] = {aw, cross(ow, aw)};
+      if (jk[j] == SLIDE) w.S[c] = {zero, aw};
+      if (jk[j] == BALL || jk[j] == FREE) {
+        int u0 = jk[j] == FREE ? c + 3 : c;
+        if (jk[j] == FREE)
+          for (int d = 0; d < 3; ++d) {
+            double unit[3] = {0, 0, 0};
+            unit[d] = 1;
+            w.S[c + d] = {zero, vconst<T>(unit)};
+          }
+        T Em[3][4];
+        rate_map(q[u0], q[u0 + 1], q[u0 + 2], q[u0 + 3], Em);
+        for (int col = 0; col < 4; ++col) {
+          V3<T> om = 2.0 * mv(Rj, V3<T>{Em[0][col], Em[1][col], Em[2][col]});
+          w.S[u0 + col] = {om, cross(ow, om)};
+        }
+      }
+    }
+    if (par[i] < 0) {
+      w.Rw[i] = Rl, w.pw[i] = pl;
+    } else {
+      w.Rw[i] = mm(Rp, Rl), w.pw[i] = pp + mv(Rp, pl);
     }
   }
   // spatial inertias about the origin, and composite ones (children after parents)
