@@ -328,16 +328,15 @@ template <class T>
 struct Work {
   Arr<M3<T>> Rw;
   Arr<V3<T>> pw;
-  Arr<S6<T>> S, motion, Vb, Ab, wrench;
-  Arr<Inertia<T>> Ib, Ic;
+  Arr<S6<T>> S, Vb, Ab, wrench;
+  Arr<Inertia<T>> Ic;
   Arr<T> q, qd, Q, bvec, E, A, x, f, D, z, u, r, e, s, inv, W, G;
 
   HD Work(Carver& c, const Args& a) {
     int b = a.b, n = a.n, p = a.p;
     Rw = c.take<M3<T>>(b), pw = c.take<V3<T>>(b);
-    S = c.take<S6<T>>(n), motion = c.take<S6<T>>(n), Vb = c.take<S6<T>>(b), Ab = c.take<S6<T>>(b);
-    wrench = c.take<S6<T>>(b);
-    Ib = c.take<Inertia<T>>(b), Ic = c.take<Inertia<T>>(b);
+    S = c.take<S6<T>>(n), Vb = c.take<S6<T>>(b), Ab = c.take<S6<T>>(b), wrench = c.take<S6<T>>(b);
+    Ic = c.take<Inertia<T>>(b);
     q = c.take<T>(n), qd = c.take<T>(n), Q = c.take<T>(n), bvec = c.take<T>(p);
     E = c.take<T>(int64_t(n) * n), A = c.take<T>(int64_t(p) * n);
     x = c.take<T>(n), f = c.take<T>(n), D = c.take<T>(n), z = c.take<T>(n), u = c.take<T>(n);
@@ -486,8 +485,11 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
   const V3<T> zero = zero3<T>();
 
   for (int c = 0; c < n; ++c) load(q[c], a.qpos, member, n, c), load(qd[c], a.qvel, member, n, c);
-  // kinematics, parents first: each body's frame in its parent's, its joints applied in order,
-  // and its coordinates' twists from the frame after their joint
+  // parents first: each body's frame in its parent's, its joints applied in order, and its
+  // coordinates' twists from the frame after their joint; then its spatial inertia about the
+  // origin, its twist and its acceleration at q̈ = 0 (recursive Newton–Euler, gravity as an
+  // upward acceleration of the base), and the wrench that takes
+  const V3<T> up = vconst<T>(a.gravity);
   for (int i = 0; i < b; ++i) {
     M3<T> Rp = par[i] >= 0 ? w.Rw[par[i]] : eye<T>(), Rl = free[i] ? eye<T>() : mconst<T>(a.body_rot + 9 * i);
     V3<T> pp = par[i] >= 0 ? w.pw[par[i]] : zero, pl = free[i] ? zero : vconst<T>(a.body_pos + 3 * i);
@@ -541,61 +543,48 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
         }
       }
     }
-    if (par[i] < 0) {
-      w.Rw[i] = Rl, w.pw[i] = pl;
-    } else {
-      w.Rw[i] = mm(Rp, Rl), w.pw[i] = pp + mv(Rp, pl);
-    }
-  }
-  // spatial inertias about the origin, and composite ones (children after parents)
-  for (int i = 0; i < b; ++i) {
-    V3<T> c = w.pw[i] + mv(w.Rw[i], vconst<T>(a.com + 3 * i));
-    M3<T> I = mmt(mm(w.Rw[i], mconst<T>(a.inertia + 9 * i)), w.Rw[i]);
-    T cc = dot(c, c);
+    const M3<T> Rw = par[i] < 0 ? Rl : mm(Rp, Rl);
+    const V3<T> pw = par[i] < 0 ? pl : pp + mv(Rp, pl), cm = pw + mv(Rw, vconst<T>(a.com + 3 * i));
+    w.Rw[i] = Rw, w.pw[i] = pw;
+    M3<T> I = mmt(mm(Rw, mconst<T>(a.inertia + 9 * i)), Rw);
+    T cc = dot(cm, cm);
     for (int u = 0; u < 3; ++u)
-      for (int v = 0; v < 3; ++v) I.m[u][v] += a.mass[i] * ((u == v ? cc : T(0.0)) - c.v[u] * c.v[v]);
-    Inertia<T> J = {T(a.mass[i]), a.mass[i] * c, I};
-    w.Ib[i] = J, w.Ic[i] = J;
+      for (int v = 0; v < 3; ++v) I.m[u][v] += a.mass[i] * ((u == v ? cc : T(0.0)) - cm.v[u] * cm.v[v]);
+    const Inertia<T> Ib = {T(a.mass[i]), a.mass[i] * cm, I};
+    w.Ic[i] = Ib;
+    S6<T> V = par[i] >= 0 ? w.Vb[par[i]] : S6<T>{zero, zero};
+    S6<T> A0 = par[i] >= 0 ? w.Ab[par[i]] : S6<T>{zero, zero};
+    S6<T> Vbody = V;
+    auto motion = [&](int c) {
+      S6<T> Sc = w.S[c];
+      return S6<T>{qd[c] * Sc.a, qd[c] * Sc.b};
+    };
+    for (int c = 0; c < n; ++c) {
+      if (cbody[c] != i) continue;
+      S6<T> earlier = V, mc = motion(c);
+      for (int64_t t = before_start[c]; t < before_start[c + 1]; ++t) earlier = s6add(earlier, motion(int(before[t])));
+      A0 = s6add(A0, motion_cross(earlier, mc));
+      Vbody = s6add(Vbody, mc);
+    }
+    w.Vb[i] = Vbody, w.Ab[i] = A0;
+    w.wrench[i] = s6add(apply(Ib, S6<T>{A0.a, A0.b - up}), force_cross(Vbody, apply(Ib, Vbody)));
   }
+  // composite inertias and the subtrees' wrenches (children after parents)
   for (int i = b - 1; i >= 0; --i)
     if (par[i] >= 0) {
       Inertia<T> P = w.Ic[par[i]], Ci = w.Ic[i];
       w.Ic[par[i]] = {P.m + Ci.m, P.h + Ci.h, madd(P.I, Ci.I)};
+      w.wrench[par[i]] = s6add(w.wrench[par[i]], w.wrench[i]);
     }
   // M on the tree's pattern, plus the tendons' armature a cᵀc (the caller cleared E: the
-  // solve's pattern, or all of it for M's output)
+  // solve's pattern, or all of it for M's output), and the bias forces
   for (int j = 0; j < n; ++j) {
-    S6<T> F = apply(w.Ic[cbody[j]], w.S[j]);
-    Mx(j, j) = s6dot(w.S[j], F);
+    S6<T> Sj = w.S[j], F = apply(w.Ic[cbody[j]], Sj);
+    Mx(j, j) = s6dot(Sj, F);
     for (int64_t t = tree_start[j]; t < tree_start[j + 1]; ++t) Mx(j, int(tree[t])) = s6dot(w.S[tree[t]], F);
-  }
-  // bias forces by recursive Newton–Euler, gravity as an upward acceleration of the base
-  for (int c = 0; c < n; ++c) w.motion[c] = {qd[c] * w.S[c].a, qd[c] * w.S[c].b};
-  for (int i = 0; i < b; ++i) {
-    S6<T> V = par[i] >= 0 ? w.Vb[par[i]] : S6<T>{zero, zero};
-    S6<T> A0 = par[i] >= 0 ? w.Ab[par[i]] : S6<T>{zero, zero};
-    S6<T> Vbody = V;
-    for (int c = 0; c < n; ++c) {
-      if (cbody[c] != i) continue;
-      S6<T> earlier = V;
-      for (int64_t t = before_start[c]; t < before_start[c + 1]; ++t) earlier = s6add(earlier, w.motion[before[t]]);
-      A0 = s6add(A0, motion_cross(earlier, w.motion[c]));
-      Vbody = s6add(Vbody, w.motion[c]);
-    }
-    w.Vb[i] = Vbody, w.Ab[i] = A0;
-  }
-  V3<T> up = vconst<T>(a.gravity);
-  for (int i = 0; i < b; ++i) {
-    S6<T> Ai = {w.Ab[i].a, w.Ab[i].b - up}, Vi = w.Vb[i];
-    Inertia<T> J = w.Ib[i];
-    w.wrench[i] = s6add(apply(J, Ai), force_cross(Vi, apply(J, Vi)));
-  }
-  for (int i = b - 1; i >= 0; --i)
-    if (par[i] >= 0) w.wrench[par[i]] = s6add(w.wrench[par[i]], w.wrench[i]);
-  for (int c = 0; c < n; ++c) {
     T outside;
-    load(outside, a.applied, member, n, c);
-    Qf[c] = outside - s6dot(w.S[c], w.wrench[cbody[c]]);
+    load(outside, a.applied, member, n, j);
+    Qf[j] = outside - s6dot(Sj, w.wrench[cbody[j]]);
   }
   // armature and damping per degree of freedom, springs on hinges and slides
   for (int j = 0; j < J; ++j) {
