@@ -207,8 +207,9 @@ def high_precision_acceleration(M, Q, A, b, cut=1e-10):
     **Returns:**
 
     `(sigma, kept, qdd, uncut)`: the singular values relative to the largest, which of them
-    are kept, the acceleration, and the acceleration with no direction left out (round-off
-    inverted too).
+    are kept, the acceleration, and the acceleration with no direction left out but those
+    whose singular value is exactly zero (round-off inverted too; at MuJoCo's `qpos0` itself a
+    planar loop's rows are dependent in the doubles as well).
     """
     with mp.workdps(40):
         M, Q, A, b = (mp.matrix(np.asarray(x).tolist()) for x in (M, Q, A, b))
@@ -223,7 +224,7 @@ def high_precision_acceleration(M, Q, A, b, cut=1e-10):
             return np.array((a + mp.lu_solve(L.T, z)).tolist(), dtype=float)[:, 0]
 
         kept = sigma > cut
-        return sigma, kept, solve(np.flatnonzero(kept).tolist()), solve(range(len(S)))
+        return sigma, kept, solve(np.flatnonzero(kept).tolist()), solve([i for i in range(len(S)) if S[i]])
 
 
 def mujoco_c_rate(models, starts, seconds, ctrl=None):

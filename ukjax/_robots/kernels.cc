@@ -341,7 +341,7 @@ struct Work {
     E = c.take<T>(int64_t(n) * n), A = c.take<T>(int64_t(p) * n);
     x = c.take<T>(n), f = c.take<T>(n), D = c.take<T>(n), z = c.take<T>(n), u = c.take<T>(n);
     r = c.take<T>(p), e = c.take<T>(p), s = c.take<T>(p), inv = c.take<T>(p);
-    W = c.take<T>(Rows(a).at(p)), G = c.take<T>(int64_t(p) * p);
+    W = c.take<T>(int64_t(p) * n), G = c.take<T>(int64_t(p) * p);  // W's rows packed (`Rows`), at most p × n
   }
 };
 
@@ -814,8 +814,12 @@ static Slices slices(size_t work, int64_t B, int64_t space, size_t extra) {
   return {slice, work, extra, tile, size_t((slice + TILE - 1) / TILE) * tile};
 }
 static Slices slices(const Args& a, int64_t B, int64_t space, size_t extra) {
+  // sized without the structure, which a GPU's handler cannot read (it lives where the states
+  // do): the CPU's build in this layout then fails as the GPU's would where sizing reads it
+  Args unread = a;
+  unread.structure = nullptr;
   Carver sizing{nullptr, TILE, 0};
-  Work<double>(sizing, a);
+  Work<double>(sizing, unread);
   return slices(sizing.used, B, space, extra);
 }
 
