@@ -577,6 +577,11 @@ def test_event_root_finder_against_closed_forms():
     assert triple.result == optx.RESULTS.successful and abs(float(triple.value) - 0.5) < 1e-12
     jump = find(lambda s: jnp.where(s < 0.3, 1e-6, -1e-6), 1e-6)
     assert jump.result != optx.RESULTS.successful and abs(float(jump.value) - 0.3) < 1e-13
+    # a value that starts below atol (an open contact at its gap's offset beside another's
+    # crossing) bisects: the secant leaning on it took 238 steps here, over 256 on a Panda
+    plateau = find(lambda s: jnp.minimum(1e-18, 1e-6 * (0.3 - s**2)), 1e-18)
+    assert plateau.result == optx.RESULTS.successful and float(plateau.value) > 0
+    assert abs(float(plateau.value) - np.sqrt(0.3)) < 1e-13 and int(plateau.stats["num_steps"]) <= 60
 
 
 def test_saved_normal_force_inside_a_circle_against_its_closed_form():

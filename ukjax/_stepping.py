@@ -281,6 +281,7 @@ class _FallState(eqx.Module):
     last: Array
     value: Array
     step: Array  # from `last` to the next point
+    flat: Array  # the value where the bracket began is below atol
 
 
 class FallingRoot(optx.AbstractRootFinder):
@@ -289,7 +290,9 @@ class FallingRoot(optx.AbstractRootFinder):
     the other end moved twice running, so that both ends close in. Where bisection to 1e-14
     takes 30–47 evaluations from a step's width, this takes about 10 on a smooth crossing (11
     against 47 in `tests/test_contacts.py`); on a jump it closes in on the jump about as
-    bisection does.
+    bisection does. Where the value it starts from is already below `atol` (a contact held at
+    its offset by the others, beside another's crossing), the secant leans on that end and
+    crawls: it bisects instead.
 
     Its options: `lower`, `upper`, and `lower_value` (`f(lower)`, known to the caller).
     It stops at an evaluation with `|f| < atol` whose next step is within `atol + rtol·|y|`
@@ -306,7 +309,8 @@ class FallingRoot(optx.AbstractRootFinder):
         lower, upper, lower_value = (jnp.asarray(options[k], dtype) for k in ("lower", "upper", "lower_value"))
         nan = jnp.full((), jnp.nan, dtype)
         inf = jnp.full((), jnp.inf, dtype)
-        return _FallState(lower, upper, lower_value, nan, jnp.array(0), y, inf, inf)
+        flat = jnp.abs(lower_value) < self.atol
+        return _FallState(lower, upper, lower_value, nan, jnp.array(0), y, inf, inf, flat)
 
     def step(self, fn, y, args, options, state, tags):
         value, aux = fn(y, args)
@@ -317,11 +321,15 @@ class FallingRoot(optx.AbstractRootFinder):
         lower, lower_value = jnp.where(above, y, state.lower), jnp.where(above, value, lower_value)
         upper, upper_value = jnp.where(above, state.upper, y), jnp.where(above, upper_value, value)
         secant = upper - upper_value * (upper - lower) / (upper_value - lower_value)
-        inside = jnp.isfinite(secant) & (lower < secant) & (secant < upper)
+        # Bisection where the value the bracket began with is below atol: a secant leaning
+        # on a value that small (an open contact held at its gap's offset by the others, a
+        # finger at its limit beside another joint's impact) moved by a fraction of 1e-11 a
+        # step, and 256 steps did not find the impact.
+        inside = jnp.isfinite(secant) & (lower < secant) & (secant < upper) & ~state.flat
         # a zero is the root: stay there
         new = jnp.where(value == 0, y, jnp.where(inside, secant, lower + 0.5 * (upper - lower)))
         replaced = jnp.where(above, 1, -1)
-        state = _FallState(lower, upper, lower_value, upper_value, replaced, y, value, jnp.abs(new - y))
+        state = _FallState(lower, upper, lower_value, upper_value, replaced, y, value, jnp.abs(new - y), state.flat)
         return new, state, aux
 
     def terminate(self, fn, y, args, options, state, tags):
