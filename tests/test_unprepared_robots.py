@@ -2,6 +2,8 @@
 those kinds written here (an arm whose coupled fingers rest on their limits) and on MuJoCo
 Menagerie's Go1 (tests/data/go1.xml, its meshes left out)."""
 
+import re
+import warnings
 from pathlib import Path
 
 import jax
@@ -113,3 +115,41 @@ def test_quadruped_dropped_under_its_servos_lands():
     assert np.all(feet_down >= 4)
     height, upright = np.asarray(sol.q[:, -1, 2]), np.abs(np.asarray(sol.q[:, -1, 3]))
     assert np.all((height > 0.25) & (height < 0.31)) and np.all(upright > 0.999)
+
+
+def test_fixed_step_past_the_stability_limit_is_warned_of():
+    """RK4 at a fixed step on an arm under stiff servos: the warning names the limit from the
+    linearization at the start, and the limit is the run's own: at twice it the run diverges
+    (it used to end SUCCESS at |q| of 1e33 without a word), at half it follows the adaptive
+    run with no warning. A step longer than the run, or pointing away from t1, is refused."""
+    model = models.from_mjcf(DATA / "servo_arm.xml", keyframe="held")
+    system = model.full_system()
+    q0 = model.q0 + jnp.array([0.2, -0.1])
+
+    def run(h):
+        return ukjax.simulate(system, q0, model.qd0, 0.0, 1.0, solver=ukjax.RK4(), dt0=h, adaptive=False, throw=False)
+
+    with pytest.warns(RuntimeWarning, match="stability limit") as caught:
+        run(0.05)
+    (message,) = [str(w.message) for w in caught if "stability limit" in str(w.message)]
+    limit = float(re.search(r"about ([0-9.e+-]+):", message).group(1))
+    assert 1e-4 < limit < 0.05
+    with pytest.warns(RuntimeWarning, match="stability limit"):
+        diverged = run(2 * limit)
+    assert not float(jnp.max(jnp.abs(diverged.q))) < 1e3  # inf or NaN count as diverged
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stable = run(0.5 * limit)
+    reference = ukjax.simulate(system, q0, model.qd0, 0.0, 1.0, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(stable.q[-1]), np.asarray(reference.q[-1]), atol=1e-4)
+    with pytest.raises(ValueError, match="longer than the run"):
+        run(5.0)
+    with pytest.raises(ValueError, match="towards t1"):
+        run(-0.001)
+
+
+def test_backwards_run_with_unilateral_constraints_is_refused():
+    """Impacts and friction do not run backwards: `t1 < t0` with a joint limit is an error."""
+    model = models.from_mjcf(DATA / "coupled_fingers.xml", keyframe="open")
+    with pytest.raises(ValueError, match="before t0"):
+        ukjax.simulate(model.full_system(), model.q0, model.qd0, 1.0, 0.0)

@@ -54,7 +54,8 @@ if typing.TYPE_CHECKING:
         ContactRows as ContactRows,
         Unilateral as Unilateral,
     )
-    from ._tuning import real_stability_limit as real_stability_limit, tune_baumgarte as tune_baumgarte
+    from ._stability import real_stability_limit as real_stability_limit
+    from ._tuning import tune_baumgarte as tune_baumgarte
 
 __version__ = "0.1.0"
 

@@ -14,6 +14,7 @@ from ._events import simulate_events, warn_if_started_inside
 from ._jit import jit
 from ._projection import drift_step
 from ._solution import HEALTH, MESSAGES, Solution, Status, at_saves, final_status
+from ._stability import warn_if_unstable
 from ._stepping import RK4, Projecting, StopAtFault, integrate, loop_kind, save_rows
 from ._systems import AbstractSystem, check_state
 from ._unilateral import check_coefficients, unilaterals
@@ -60,12 +61,17 @@ def simulate(
 
     - `system`: any ukjax system, typically a [`ukjax.ConstrainedSystem`][].
     - `q0`, `qd0`: initial coordinates and velocities, shape (n,).
-    - `t0`, `t1`: start and end times.
+    - `t0`, `t1`: start and end times. `t1 < t0` runs backwards in time (a smooth
+      system's motion retraced); with unilateral constraints it is an error, as impacts
+      and friction do not run backwards.
     - `ts`: times to save at, from `t0` towards `t1` (default: `t0` and `t1`); a time past an
       end by rounding alone is taken as that end.
     - `solver`: a diffrax solver (default `Tsit5`; see [`ukjax.stiff_solver`][] for stiff cases).
     - `rtol`, `atol`: tolerances of the adaptive step-size controller.
-    - `dt0`: initial step (required for fixed steps).
+    - `dt0`: initial step (required for fixed steps, at most `t1 − t0`). A fixed step of an
+      explicit solver past its stability limit at the start, from the linearization of the
+      applied forces there (servos' gains, springs and damping against `M`), is warned of
+      with the limit: such a run diverges though its status may say SUCCESS.
     - `adaptive`: `False` for fixed steps of size `dt0`.
     - `max_steps`: the most steps the solver may take (per smooth stretch, with unilateral
       constraints).
@@ -115,6 +121,17 @@ def simulate(
     events = bool(found)
     for x in found:  # as built, or as edited since (`eqx.tree_at`)
         check_coefficients(x)
+    known = not any(isinstance(x, jax.core.Tracer) for x in (t0, t1, dt0, q0, qd0))
+    if events and known and float(t1) < float(t0):
+        raise ValueError(
+            f"t1 = {float(t1)} is before t0 = {float(t0)}: a run backwards in time through impacts "
+            "and friction is not the physics run forwards (an impact loses energy either way). "
+            "Simulate from the earlier time, or leave the unilateral constraints out."
+        )
+    if not adaptive and known:
+        _check_fixed_step(float(t0), float(t1), float(dt0))
+        solver_ = diffrax.Tsit5() if solver is None else solver
+        warn_if_unstable(system, solver_, t0, q0, qd0, abs(float(t1) - float(t0)), float(dt0))
     if events and type(system).solve is not AbstractSystem.solve:
         raise NotImplementedError(
             f"{type(system).__name__} solves its own accelerations (servo control), which do not see "
@@ -165,6 +182,20 @@ def simulate(
     warn_if_started_inside(solution, atol)
     warn_if_started_off(solution, q0, qd0, rtol, atol)
     return solution
+
+
+def _check_fixed_step(t0: float, t1: float, dt0: float) -> None:
+    """Refuse a fixed step that does not point from `t0` towards `t1` or is longer than the
+    run (its one step would end past `t1`)."""
+    if t0 == t1:
+        return
+    if not dt0 * (t1 - t0) > 0:
+        raise ValueError(f"dt0 must point from t0 = {t0} towards t1 = {t1}, got {dt0}.")
+    if abs(dt0) > abs(t1 - t0) * (1 + 1e-12):
+        raise ValueError(
+            f"A fixed step dt0 = {dt0} is longer than the run from t0 = {t0} to t1 = {t1}: it would "
+            "step past t1. Take dt0 at most t1 − t0 (a fraction of the motion's fastest period)."
+        )
 
 
 def _check_times(t0, t1, ts, dt0, dtype) -> None:

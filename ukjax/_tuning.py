@@ -2,7 +2,6 @@
 limit."""
 
 import math
-from collections.abc import Callable
 
 import diffrax
 import equinox as eqx
@@ -14,46 +13,9 @@ from jaxtyping import Array, ArrayLike, Float, Real
 from ._constraints import Baumgarte
 from ._fit import fit
 from ._simulate import simulate
+from ._stability import real_stability_limit
 from ._solution import Status
 from ._systems import ConstrainedSystem
-
-
-def _stability_function(solver: diffrax.AbstractSolver) -> Callable[[complex], complex] | None:
-    """`R(z) = 1 + z bᵀ(I − zA)⁻¹𝟙` of an explicit Runge–Kutta solver (None for others)."""
-    tableau = getattr(solver, "tableau", None)
-    if not isinstance(solver, diffrax.AbstractERK) or tableau is None:
-        return None
-    rows = [np.zeros(0)] + [np.asarray(a) for a in tableau.a_lower]
-    b = np.asarray(tableau.b_sol)
-
-    def R(z):
-        stages = []
-        for a in rows:
-            stages.append(1 + z * sum(a_j * y_j for a_j, y_j in zip(a, stages)))
-        return 1 + z * sum(b_i * y_i for b_i, y_i in zip(b, stages))
-
-    return R
-
-
-def real_stability_limit(solver: diffrax.AbstractSolver) -> float:
-    """The largest `x` with `|R(−s)| ≤ 1` for every `s ∈ (0, x]`: an explicit Runge–Kutta
-    solver is stable on `ẏ = −ωy` at step `h` while `ωh ≤ x` (2.785 for RK4). `inf` for
-    implicit solvers, which have no such bound.
-
-    **Arguments:**
-
-    - `solver`: a diffrax solver.
-
-    **Returns:**
-
-    The bound `x`, a float.
-    """
-    R = _stability_function(solver)
-    if R is None:
-        return math.inf
-    s = np.arange(1, 200_001) * 1e-4
-    unstable = np.abs(R(-s)) > 1
-    return float(s[np.argmax(unstable)] - 1e-4) if unstable.any() else math.inf
 
 
 class _Gains(eqx.Module):
