@@ -199,7 +199,9 @@ def simulate_batch(
     run = _RUNS[bool(unilaterals(system))]
     solution = run(arrays, static, axes, _pad(q0, size), _pad(qd0, size), times, numeric, options, mesh, chunk)
     solution = jax.tree.map(lambda x: x[:batch], solution)
-    warn_if_started_inside(solution, simulate_kwargs.get("atol", DEFAULT_TOL))
+    # the deepest contacts named where the members share one system
+    named = (system, t0, q0, qd0) if shared else ()
+    warn_if_started_inside(solution, simulate_kwargs.get("atol", DEFAULT_TOL), *named)
     warn_if_started_off(
         solution, q0, qd0, simulate_kwargs.get("rtol", DEFAULT_TOL), simulate_kwargs.get("atol", DEFAULT_TOL)
     )

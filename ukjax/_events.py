@@ -30,14 +30,38 @@ from ._unilateral import (
     inverse_masses,
     norm,
     select_modes,
+    unilaterals,
     valid_coefficients,
 )
 
 
-def warn_if_started_inside(solution: Solution, atol: float) -> None:
+def contact_labels(system) -> list[str] | None:
+    """A label for each contact of `system`, in the order of its contact rows, where every
+    unilateral constraint names its contacts (a file's geoms by their `names`, its joints'
+    limits by `joints`, the lower limits first); None otherwise."""
+    labels = []
+    for unilateral in unilaterals(system):
+        # the fields a file's contacts and limits carry; a constraint of functions has none
+        names, joints = getattr(unilateral, "names", None), getattr(unilateral, "joints", None)
+        if isinstance(names, tuple):
+            labels += list(names)
+        elif isinstance(joints, tuple):
+            labels += [f"{joint} (lower limit)" for joint in joints] + [f"{joint} (upper limit)" for joint in joints]
+        else:
+            return None
+    return labels
+
+
+@eqx.filter_jit
+def _start_gaps(system, t0, q0, qd0):
+    return system.constraint_levels(t0, q0, qd0)[-1].contacts.normal.phi
+
+
+def warn_if_started_inside(solution: Solution, atol: float, system=None, t0=None, q0=None, qd0=None) -> None:
     """Warn where a run (or members of a batch) started inside a contact or a joint limit by
     more than `atol`: it began from the start projected out of it, not from the caller's.
-    Nothing happens under a transformation."""
+    Given the system and the start (`q0` per member in a batch), the warning names the
+    deepest contacts. Nothing happens under a transformation."""
     record = solution.contacts
     if record is None or isinstance(record.start_penetration, jax.core.Tracer):
         return
@@ -48,9 +72,21 @@ def warn_if_started_inside(solution: Solution, atol: float) -> None:
     if not np.any(inside):
         return
     members = f"{int(np.sum(inside))} of {inside.size} members" if inside.ndim else "the run"
+    named = ""
+    if system is not None and not any(isinstance(x, jax.core.Tracer) for x in (t0, q0, qd0)):
+        deepest = int(np.argmax(depth)) if depth.ndim else None
+        q, qd = (jnp.asarray(x) if deepest is None else jnp.asarray(x)[deepest] for x in (q0, qd0))
+        gaps = np.asarray(_start_gaps(system, jnp.asarray(t0, q.dtype), q, qd))
+        labels = contact_labels(system) or [f"contact {i}" for i in range(gaps.size)]
+        if len(labels) == gaps.size:
+            order = [i for i in np.argsort(gaps) if gaps[i] < -float(atol)][:4]
+            more = int(np.sum(gaps < -float(atol))) - len(order)
+            listed = ", ".join(f"{labels[i]} {-gaps[i]:.3g}" for i in order) + (f" and {more} more" if more > 0 else "")
+            which = "" if deepest is None else f" of member {deepest}"
+            named = f" (the deepest{which}: {listed})"
     warnings.warn(
-        f"The simulation starts inside a contact or a joint limit ({members}), by up to {float(np.max(depth)):.2e}: "
-        "it began from the start projected out of it onto g = 0 (sol.q[0] where ts starts at t0), so a "
+        f"The simulation starts inside a contact or a joint limit ({members}), by up to {float(np.max(depth)):.2e}"
+        f"{named}: it began from the start projected out of it onto g = 0 (sol.q[0] where ts starts at t0), so a "
         "deep start moves the bodies and may leave the other constraints off (a quaternion's norm): start "
         "outside the contacts, or from ConstrainedSystem.project's state.",
         RuntimeWarning,

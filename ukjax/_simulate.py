@@ -179,7 +179,7 @@ def simulate(
         )
     elif throw and solution.status != Status.SUCCESS:
         raise RuntimeError(MESSAGES[Status(int(solution.status))])
-    warn_if_started_inside(solution, atol)
+    warn_if_started_inside(solution, atol, system, t0, q0, qd0)
     warn_if_started_off(solution, q0, qd0, rtol, atol)
     return solution
 
