@@ -14,6 +14,7 @@ import numpy as np
 
 from . import _linalg as la
 from ._jit import jit
+from ._narrow import normal_rows, select_in
 from ._solution import FATAL, HEALTH, ContactRecord, Solution, Status, at_saves, final_status
 from ._stepping import Bounded, StopAtFault, events_norm, integrate, loop_kind, save_rows, solve_in_modes
 from ._systems import levels_violation, solve_levels
@@ -168,9 +169,9 @@ def _transition(system, t, q, qd, rest_speed):
     def newton(q, _):
         level = system.constraint_levels(t, q, qd)[-1]
         c = level.contacts
-        touching = c.normal.phi <= TOUCH
-        A = jnp.concatenate([level.rows.A, jnp.where(touching[:, None], c.normal.A, 0)])
-        r = jnp.concatenate([level.rows.phi, jnp.where(touching, c.normal.phi, 0)])
+        rows, _ = normal_rows(c, c.normal.phi <= TOUCH, q.shape[0])
+        A = jnp.concatenate([level.rows.A, rows.A])
+        r = jnp.concatenate([level.rows.phi, rows.phi])
         return q - la.pinv_solve_multipliers(A, r[:, None], False)[0][:, 0], jnp.max(-c.normal.phi, initial=0)
 
     # the penetration met: the first step's, before any projection
@@ -227,7 +228,7 @@ def _transition(system, t, q, qd, rest_speed):
     def solve(carry, fallback):
         held, settled = carry
         rough = fallback & ~settled
-        modes, jump, converged = select_modes(
+        modes, jump, converged = select_in(
             d.M,
             jnp.zeros_like(d.Q),
             equalities,

@@ -16,6 +16,7 @@ from ._animate import Sketch, join
 from ._arrays import as_inexact
 from ._constraints import AbstractConstraint, Baumgarte, ConstraintRows, stack_rows
 from ._core import Method, UKSolution, check_method, check_shapes, free_solve, uk_solve
+from ._narrow import select_in, solve_in
 from ._projection import Projection, project
 from ._unilateral import (
     AbstractUnilateral,
@@ -24,8 +25,6 @@ from ._unilateral import (
     Modes,
     candidates,
     concatenate,
-    select_modes,
-    solve_modes,
 )
 
 Time = Real[ArrayLike, ""]
@@ -81,12 +80,12 @@ def solve_contacts(M, Q, level: ConstraintLevel, modes: Modes | None = None, dif
     if level.nonideal is not None:
         Q = Q + level.nonideal  # the U-K non-ideal term is this force's share off the rows
     if modes is None:
-        return select_modes(
+        return select_in(
             M, Q, level.rows, contacts, candidates(contacts), contacts.tangent.phid.reshape(-1, 2), differentiable
         )
     # at given modes nothing asks for the contacts' scales (the events' values are relative to
     # the scales at the stretch's start)
-    sol = solve_modes(M, Q, level.rows, contacts, modes, scales=False)
+    sol = solve_in(M, Q, level.rows, contacts, modes, scales=False)
     return modes, sol, sol.solvable
 
 
