@@ -28,7 +28,12 @@ if typing.TYPE_CHECKING:
         constraint_force as constraint_force,
         udwadia_kalaba as udwadia_kalaba,
     )
-    from ._fit import FitResult as FitResult, fit as fit, fit_least_squares as fit_least_squares
+    from ._fit import (
+        AbstractParameters as AbstractParameters,
+        FitResult as FitResult,
+        fit as fit,
+        fit_least_squares as fit_least_squares,
+    )
     from ._projection import Projection as Projection
     from ._residuals import (
         MultipleShooting as MultipleShooting,

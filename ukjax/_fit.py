@@ -7,6 +7,7 @@ values of the Jacobian in relative parameter changes, its rank, the directions i
 and standard errors from `σ² (JᵀJ)⁺`.
 """
 
+import abc
 import math
 import sys
 import warnings
@@ -31,22 +32,53 @@ Jac = Literal["fwd", "bwd"]
 _LEVENBERG_MARQUARDT = optx.LevenbergMarquardt(rtol=1e-10, atol=1e-10)
 
 
+class AbstractParameters(eqx.Module):
+    """Parameters chosen within leaves, by name, for `where=` of [`ukjax.fit`][] and
+    [`ukjax.fit_least_squares`][] ([`ukjax.models.FileParameters`][]: masses, damping, gains
+    of a file by their bodies', joints' and actuators' names). Each parameter is one scalar
+    that sets one or more entries of the leaves (an inertia's product in both places, a
+    position servo's gain and its bias), reported by its name."""
+
+    @abc.abstractmethod
+    def __call__(self, model) -> tuple[Array, ...]:
+        """The leaves holding the parameters (as `where` gives them to `eqx.tree_at`)."""
+
+    @abc.abstractmethod
+    def entries(self, model) -> tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...]], ...]:
+        """Per leaf, the flat indices of the entries set, the parameter that sets each, and its
+        coefficient (the entry is coefficient × parameter)."""
+
+    @abc.abstractmethod
+    def names(self, model) -> tuple[str, ...]:
+        """Each parameter's name, in the order of `θ`."""
+
+
 class _Parameters(eqx.Module):
-    """The leaves `where(model)` selects, as one flat vector `θ` and back. A pytree: the same
-    `where` on a model of the same structure reuses compiled fits."""
+    """The leaves `where(model)` selects (or the entries an `AbstractParameters` names), as
+    one flat vector `θ` and back. A pytree: the same `where` on a model of the same structure
+    reuses compiled fits."""
 
     model0: PyTree
     where: Callable = eqx.field(static=True)
     positive: bool = eqx.field(static=True)
     single: bool = eqx.field(static=True)
     shapes: tuple[tuple[int, ...], ...] = eqx.field(static=True)
+    entries: tuple | None = eqx.field(static=True, default=None)
 
     def values(self, theta: Float[Array, " p"]) -> Float[Array, " p"]:
         return jnp.exp(theta) if self.positive else theta
 
     def model(self, theta: Float[Array, " p"]):
+        values = self.values(theta)
+        if self.entries is not None:
+            leaves = []
+            for leaf, (flat, which, coefficient) in zip(self._selected(self.model0), self.entries):
+                scale = np.asarray(coefficient, dtype=np.float64)
+                entries = jnp.ravel(leaf).at[np.asarray(flat, int)].set((scale * values[np.asarray(which, int)]).astype(leaf.dtype))
+                leaves.append(entries.reshape(leaf.shape))
+            return eqx.tree_at(self._selected, self.model0, leaves)
         sizes = [math.prod(shape) for shape in self.shapes]
-        parts = jnp.split(self.values(theta), np.cumsum(sizes)[:-1])
+        parts = jnp.split(values, np.cumsum(sizes)[:-1])
         leaves = [part.reshape(shape) for part, shape in zip(parts, self.shapes)]
         return eqx.tree_at(self._selected, self.model0, leaves)
 
@@ -58,6 +90,8 @@ def _parameters(
     model, where: Callable, positive: bool
 ) -> tuple[_Parameters, Float[Array, " p"], tuple[str, ...]]:
     """`_Parameters`, the starting `θ` and the names of its entries, with the checks."""
+    if isinstance(where, AbstractParameters):
+        return _named(model, where, positive)
     selected = where(model)
     single = not isinstance(selected, (tuple, list))
     leaves = (selected,) if single else tuple(selected)
@@ -75,6 +109,25 @@ def _parameters(
         raise ValueError("positive=True fits logarithms, but some selected parameters are not positive.")
     params = _Parameters(model, where, positive, single, tuple(leaf.shape for leaf in leaves))
     return params, jnp.log(values) if positive else values, _names(model, leaves)
+
+
+def _named(model, where: AbstractParameters, positive: bool) -> tuple[_Parameters, Float[Array, " p"], tuple[str, ...]]:
+    """`_parameters` for parameters chosen by name: each one's value read from its first
+    entry."""
+    leaves, entries, names = tuple(where(model)), where.entries(model), where.names(model)
+    if not names:
+        raise ValueError(f"{type(where).__name__} names no parameters: give at least one.")
+    first = {}
+    for k, (flat, which, coefficient) in enumerate(entries):
+        for i, j, c in zip(flat, which, coefficient):
+            first.setdefault(j, (k, i, c))
+    values = jnp.stack([jnp.ravel(leaves[k])[i] / c for k, i, c in (first[j] for j in range(len(names)))])
+    values = jnp.asarray(values, dtype=values.dtype)
+    if positive and not bool(jnp.all(values > 0)):
+        bad = [name for name, v in zip(names, np.asarray(values)) if not v > 0]
+        raise ValueError(f"positive=True fits logarithms, but these parameters are not positive: {', '.join(bad)}.")
+    params = _Parameters(model, where, positive, False, tuple(leaf.shape for leaf in leaves), entries)
+    return params, jnp.log(values) if positive else values, names
 
 
 def _names(model, leaves) -> tuple[str, ...]:

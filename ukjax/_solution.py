@@ -47,8 +47,9 @@ MESSAGES = {
     Status.CONTACT_UNRESOLVED: "At an event no choice of open, sliding and sticking contacts solved "
     "the contact problem (Painlevé's paradox: sliding friction that no normal force balances, or "
     "a search that did not settle), or an event could not be located (a gap, contact force or "
-    "slip that jumps across zero instead of crossing it); the run stopped there. Check the "
-    "friction coefficients and the contact geometry.",
+    "slip that jumps across zero instead of crossing it), or more contacts touched at once than the "
+    "solve holds (4 per coordinate, at least 64); the run stopped there. Check the friction "
+    "coefficients and the contact geometry.",
     Status.MAX_EVENTS_REACHED: "The run met max_events contact events (impacts, releases, "
     "stick–slip changes) before t1: raise max_events.",
     Status.INVALID_PARAMETERS: "A contact's friction coefficient was negative or not finite, or its "

@@ -12,7 +12,10 @@ ground floor (`_arrays`, `_constraints`, `_systems`, `_jit`, `_animate`):
 - `tree`: `RigidBodyTree`, the system;
 - `equalities`: `Connect`, `Weld`, `JointCoupling`, `TendonCoupling`, `SiteConstraint`;
 - `contacts`: joint limits and contacts of spheres, capsules and boxes with planes;
+- `broadphase`: where a tree has more contact pairs than the narrowed solve holds, the rows
+  of the pairs nearest contact only (bounding spheres);
 - `actuators`: MuJoCo's actuators and the system they drive;
+- `parameters`: `FileParameters`, a file's physical parameters by name, for fitting;
 - `model`: `Model`, what the importer (and the source papers' builders) return;
 - `mjcf`: the MJCF/URDF importer, by MuJoCo's own compiler.
 - `kernels`: the U-K solve of a tree as one compiled C++ call (`kernels.cc`), which `simulate`

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int
 
 from .joints import Kinematics, dof_metric, topology
 from .spatial import add, apply_inertia, force_cross, mm, motion_cross, mv
@@ -83,23 +83,32 @@ def bias_forces(tree, qd, kin: Kinematics):
     return jnp.sum(kin.twists * totals[top.coordinate_bodies], axis=1)
 
 
+def body_indices(tree, bodies: tuple[str, ...]) -> np.ndarray:
+    """Each body's index, the world as the tree's body count (as `points_motion` takes them)."""
+    b = len(tree.parents)
+    return np.array([b if i < 0 else i for i in map(tree.body_index, bodies)], dtype=int)
+
+
 def points_motion(
-    tree, kin: Kinematics, motion, bodies: tuple[str, ...], points: Float[Array, "k 3"]
+    tree, kin: Kinematics, motion, bodies: tuple[str, ...] | Int[Array, " k"], points: Float[Array, "k 3"]
 ) -> BodyMotion:
     """The motion of `k` body-fixed points at once (`BodyMotion`, each field with a leading
-    axis `k`), from the kinematics and the bodies' motion (`motion`), which all of them share."""
+    axis `k`), from the kinematics and the bodies' motion (`motion`), which all of them share.
+    `bodies` by name, or by index (`body_indices`; an array chosen during the run: the pairs
+    a broadphase keeps)."""
     dtype = kin.positions.dtype
     b, n = len(tree.parents), kin.twists.shape[0]
     points = points.astype(dtype)
     # the world as body b: a fixed frame at the origin that no coordinate moves; every body's
     # frame and motion side by side, gathered at once (each gather is a kernel of its own)
-    index = np.array([b if i < 0 else i for i in map(tree.body_index, bodies)], dtype=int)
+    index = body_indices(tree, bodies) if isinstance(bodies, tuple) else bodies
     frames = jnp.concatenate([kin.rotations.reshape(b, 9), kin.positions, *motion], axis=1)
     world = jnp.concatenate([jnp.eye(3, dtype=dtype).reshape(1, 9), jnp.zeros((1, 15), dtype)], axis=1)
     every = jnp.concatenate([frames, world])[index]
     rotations, positions = every[:, :9].reshape(-1, 3, 3), every[:, 9:12]
     V, A = every[:, 12:18], every[:, 18:]
-    moves = np.concatenate([topology(tree).moves, np.zeros((1, n))])[index]
+    moves = np.concatenate([topology(tree).moves, np.zeros((1, n))])
+    moves = moves[index] if isinstance(index, np.ndarray) else jnp.asarray(moves, dtype)[index]
     x = positions + mv(rotations, points)
     velocity = V[:, 3:] + jnp.cross(V[:, :3], x)
     # a body-fixed point: ẍ = a_O + α × x + ω × ẋ (spatial acceleration (α, a_O))

@@ -11,7 +11,7 @@ from .._animate import Sketch
 from .._arrays import as_inexact
 from .._constraints import ConstraintRows, holonomic_rows
 from .._unilateral import AbstractUnilateral, ContactRows, _per_contact, norm, unit
-from . import algorithms
+from . import algorithms, broadphase
 from .equalities import Connect, tree_of
 from .spatial import mm, mv, put
 
@@ -175,8 +175,9 @@ class PlaneContacts(AbstractUnilateral):
         return Sketch(links, lowest)
 
 
-def _between_bodies(contacts, normal: ConstraintRows, n, n_rate, twists, moves, c, w, w_rate, qd, reach, speed):
-    """The `ContactRows` of `contacts` between two moving bodies, given their normal rows:
+def _between_bodies(coefficients, normal: ConstraintRows, n, n_rate, twists, moves, c, w, w_rate, qd, reach, speed):
+    """The `ContactRows` of contacts between two moving bodies (`coefficients` their friction
+    and restitution, one each), given their normal rows:
     the slip `w` at each touching point `c` (the first body's material point against the
     second's; `moves` the difference of their `BodyMotion.moves`) along a tangent basis that
     turns with the unit normal `n` (at `ṅ`), its rate without the q̈ term (`w_rate` the
@@ -186,15 +187,24 @@ def _between_bodies(contacts, normal: ConstraintRows, n, n_rate, twists, moves, 
     T, T_rate = jax.jvp(tangent_basis, (n,), (n_rate,))
     At = algorithms.directional_rows(twists, moves, c, T).reshape(-1, qd.shape[0])
     rate = jnp.einsum("kdj,kj->kd", T, w_rate) + jnp.einsum("kdj,kj->kd", T_rate, w)
-    name = type(contacts).__name__
     crossing = None if reach is None else jnp.where(speed > 0, reach / jnp.where(speed > 0, speed, 1), jnp.inf)
+    friction, restitution = coefficients
     return ContactRows(
         normal,
         ConstraintRows(At, -rate.reshape(-1), jnp.zeros(2 * k, qd.dtype), jnp.einsum("kdj,kj->kd", T, w).reshape(-1)),
-        _per_contact(contacts.friction, k, f"{name} friction"),
-        _per_contact(contacts.restitution, k, f"{name} restitution"),
+        friction,
+        restitution,
         crossing,
     )
+
+
+def _coefficients(contacts, pick) -> tuple[Array, Array]:
+    """The friction and restitution of each contact of `contacts` (`pick`ed: those a
+    broadphase keeps)."""
+    name, k = type(contacts).__name__, len(contacts.bodies)
+    friction = _per_contact(contacts.friction, k, f"{name} friction")
+    restitution = _per_contact(contacts.restitution, k, f"{name} restitution")
+    return (friction, restitution) if pick is None else (friction[pick], restitution[pick])
 
 
 # The primitive shapes a sphere can touch, each as its signed distance and unit normal at a
@@ -305,11 +315,23 @@ class ShapeContacts(AbstractUnilateral):
             f"{a}–{b}[{i}]" for i, (a, b) in enumerate(zip(self.bodies, self.shape_bodies))
         )
 
-    def _distances(self, y: Float[Array, "k 3"], yd: Float[Array, "k 3"]):
+    def _distances(self, y: Float[Array, "k 3"], yd: Float[Array, "k 3"], pick=None):
         """Each centre's signed distance to its shape (its frame's `y`), the unit normal `∇d`
-        there and the normal's rate `H ẏ` (`H` the distance's Hessian) along `ẏ`."""
+        there and the normal's rate `H ẏ` (`H` the distance's Hessian) along `ẏ`; for the
+        contacts `pick`ed (indices chosen during the run) where given."""
         distance, normal, rate = jnp.zeros(y.shape[0], y.dtype), jnp.zeros_like(y), jnp.zeros_like(y)
         thickness = jnp.zeros(y.shape[0], y.dtype)
+        if pick is not None:
+            # which kind each picked contact is is known only during the run: every kind
+            # present evaluated for all of them, each contact taking its own
+            codes = jnp.asarray(np.array([SHAPES.index(x) for x in self.kinds]))[pick]
+            sizes = self.sizes[pick].astype(y.dtype)
+            for kind in sorted(set(self.kinds)):
+                (d, n), (_, n_rate) = jax.jvp(lambda y: _distance(kind, y, sizes), (y,), (yd,))
+                mine = codes == SHAPES.index(kind)
+                distance, thickness = jnp.where(mine, d, distance), jnp.where(mine, _thickness(kind, sizes), thickness)
+                normal, rate = jnp.where(mine[:, None], n, normal), jnp.where(mine[:, None], n_rate, rate)
+            return distance, normal, rate, thickness
         # one evaluation per kind present (a static grouping)
         for kind in sorted(set(self.kinds)):
             index = np.array([i for i, x in enumerate(self.kinds) if x == kind])
@@ -322,15 +344,40 @@ class ShapeContacts(AbstractUnilateral):
     def contact_rows(self, system, t, q, qd):
         tree = tree_of(system)
         kin, motion = tree._motion(q, qd)
-        sphere = algorithms.points_motion(tree, kin, motion, self.bodies, self.centres)
-        shape = algorithms.points_motion(tree, kin, motion, self.shape_bodies, self.positions)
+        bodies = (self.bodies, self.shape_bodies)
+        return broadphase.rows(
+            tree, kin, qd, bodies, self._bounds, lambda pick: self._rows(tree, kin, motion, q, qd, pick)
+        )
+
+    def _bounds(self, tree, kin) -> Float[Array, " k"]:
+        """A lower bound of each gap: the distance between the sphere and a sphere about the
+        shape's origin that holds it (a plane holds everything: no bound)."""
+        centre = broadphase.points(tree, kin, self.bodies, self.centres)
+        origin = broadphase.points(tree, kin, self.shape_bodies, self.positions)
+        size = self.sizes.astype(centre.dtype)
+        held = jnp.zeros(len(self.kinds), centre.dtype)
+        for kind, extent in (("plane", jnp.inf), ("sphere", size[:, 0]), ("capsule", size[:, 0] + size[:, 1])):
+            held = jnp.where(np.array(self.kinds) == kind, extent, held)
+        held = jnp.where(np.array(self.kinds) == "box", norm(size), held)
+        return norm(centre - origin) - self.radii.astype(centre.dtype) - held
+
+    def _rows(self, tree, kin, motion, q, qd, pick):
+        """The contacts' rows, all of them, or those `pick`ed (indices chosen during the run)."""
+        sel = (lambda x: x) if pick is None else (lambda x: x[pick])  # noqa: E731
+        bodies, shape_bodies = (
+            (self.bodies, self.shape_bodies)
+            if pick is None
+            else tuple(jnp.asarray(algorithms.body_indices(tree, b))[pick] for b in (self.bodies, self.shape_bodies))
+        )
+        sphere = algorithms.points_motion(tree, kin, motion, bodies, sel(self.centres))
+        shape = algorithms.points_motion(tree, kin, motion, shape_bodies, sel(self.positions))
         # the centre in the shape's frame, y = R_sᵀ s with s = R_Bᵀ (x − o) (B the shape's
         # body, o the shape's origin): minus the rows of a loop joining o to x
         s = Connect._rows(kin.twists, shape, sphere)
-        R_s, r = self.rotations.astype(q.dtype), self.radii.astype(q.dtype)
+        R_s, r = sel(self.rotations).astype(q.dtype), sel(self.radii).astype(q.dtype)
         R_st = jnp.swapaxes(R_s, 1, 2)
         y, yd = -mv(R_st, s.phi), -mv(R_st, s.phid)
-        distance, n_local, n_local_rate, thickness = self._distances(y, yd)
+        distance, n_local, n_local_rate, thickness = self._distances(y, yd, pick)
         # ġ = ∇d · ẏ = n · (v_A(x) − v_B(x)) (n = R_B R_s ∇d in the world, v_B(x) the velocity of
         # the shape body's material point at the centre x), g̈ = ∇d · ÿ + ẏᵀ H ẏ, with
         # ÿ = −R_sᵀ (A_s q̈ − b_s)
@@ -361,7 +408,8 @@ class ShapeContacts(AbstractUnilateral):
         # least the gap and the widths of both (a gap along a curved path, or through a
         # shape thinner than a step, changes sign twice within one step)
         reach = None if set(self.kinds) == {"plane"} else jnp.maximum(distance - r, 0) + 2 * r + thickness
-        return _between_bodies(self, normal, n, n_rate, kin.twists, relative, c, w, w_rate, qd, reach, norm(yd))
+        coefficients = _coefficients(self, pick)
+        return _between_bodies(coefficients, normal, n, n_rate, kin.twists, relative, c, w, w_rate, qd, reach, norm(yd))
 
     def _touching(self, tree, q):
         """Each touching point `x − r n` and each shape's origin, in the world."""
@@ -457,7 +505,19 @@ class SegmentContacts(AbstractUnilateral):
     def contact_rows(self, system, t, q, qd):
         tree = tree_of(system)
         kin, motion = tree._motion(q, qd)
-        a0, a1, b0, b1 = self._ends(tree, kin, motion)
+        bodies = (self.bodies, self.other_bodies)
+        return broadphase.rows(tree, kin, qd, bodies, self._bounds, lambda pick: self._rows(tree, kin, motion, q, qd, pick))
+
+    def _bounds(self, tree, kin) -> Float[Array, " k"]:
+        """A lower bound of each gap: the distance between spheres about the segments'
+        middles that hold them, their radii included."""
+        ends = [broadphase.points(tree, kin, b, x[:, i]) for b, x in ((self.bodies, self.segments), (self.other_bodies, self.other_segments)) for i in (0, 1)]
+        held = [norm(one - two) / 2 + r.astype(one.dtype) for (one, two), r in ((ends[:2], self.radii), (ends[2:], self.other_radii))]
+        return norm((ends[0] + ends[1]) / 2 - (ends[2] + ends[3]) / 2) - held[0] - held[1]
+
+    def _rows(self, tree, kin, motion, q, qd, pick):
+        """The contacts' rows, all of them, or those `pick`ed (indices chosen during the run)."""
+        a0, a1, b0, b1 = self._ends(tree, kin, motion, pick)
         ends = tuple(m.x for m in (a0, a1, b0, b1))
         ends_rate = tuple(m.velocity for m in (a0, a1, b0, b1))
         # the closest points' parameters on the two segments, and their rates
@@ -474,7 +534,8 @@ class SegmentContacts(AbstractUnilateral):
         d_material = between(ends_rate[0], ends_rate[1], s) - between(ends_rate[2], ends_rate[3], u)
         d_rate = d_material + s_rate[:, None] * (a1.x - a0.x) - u_rate[:, None] * (b1.x - b0.x)
         n, n_rate = jax.jvp(unit, (d,), (d_rate,))
-        r, r_other = self.radii.astype(q.dtype), self.other_radii.astype(q.dtype)
+        sel = (lambda x: x) if pick is None else (lambda x: x[pick])  # noqa: E731
+        r, r_other = sel(self.radii).astype(q.dtype), sel(self.other_radii).astype(q.dtype)
         # n · (v_a(p_a) − v_b(p_b)), the bodies' material points at the closest points
         rows = [algorithms.directional_rows(kin.twists, m.moves, p, n[:, None])[:, 0] for m, p in ((a0, p_a), (b0, p_b))]
         A = rows[0] - rows[1]
@@ -505,16 +566,22 @@ class SegmentContacts(AbstractUnilateral):
         # a relative motion of twice that passes through unseen
         reach = jnp.maximum(distance - r - r_other, 0) + 2 * (r + r_other)
         return _between_bodies(
-            self, normal, n, n_rate, kin.twists, a0.moves - b0.moves, c, w, w_rate, qd, reach, norm(d_rate)
+            _coefficients(self, pick), normal, n, n_rate, kin.twists, a0.moves - b0.moves, c, w, w_rate, qd, reach,
+            norm(d_rate),
         )
 
-    def _ends(self, tree, kin, motion) -> list[algorithms.BodyMotion]:
+    def _ends(self, tree, kin, motion, pick=None) -> list[algorithms.BodyMotion]:
         """The motion of the segments' ends: the first ends, the second ends, the other
-        segments' first ends, their second ends (one evaluation for all of them)."""
+        segments' first ends, their second ends (one evaluation for all of them; for the
+        segments `pick`ed where given)."""
         bodies = self.bodies + self.bodies + self.other_bodies + self.other_bodies
-        points = jnp.concatenate([self.segments[:, 0], self.segments[:, 1], self.other_segments[:, 0], self.other_segments[:, 1]])
+        segments, other = self.segments, self.other_segments
+        if pick is not None:
+            index = jnp.asarray(algorithms.body_indices(tree, bodies)).reshape(4, -1)[:, pick]
+            bodies, segments, other = index.reshape(-1), segments[pick], other[pick]
+        points = jnp.concatenate([segments[:, 0], segments[:, 1], other[:, 0], other[:, 1]])
         every = algorithms.points_motion(tree, kin, motion, bodies, points)
-        k = len(self.bodies)
+        k = segments.shape[0]
         return [jax.tree.map(lambda x: x[i * k : (i + 1) * k], every) for i in range(4)]
 
     def sketch(self, system, t, q):
