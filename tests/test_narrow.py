@@ -41,7 +41,7 @@ FAR = ukjax.Unilateral(
 def test_far_contacts_leave_the_run_as_it_was():
     """A ball dropped onto a floor with restitution and friction, bouncing, landing and then
     pushed into a slide, beside 120 far walls (121 contacts on 3 coordinates, where the
-    narrowed solve holds 64): the same events and the same trajectory to round-off as the
+    narrowed solve holds 32): the same events and the same trajectory to round-off as the
     ball and the floor alone, both SUCCESS."""
     assert capacity(121, 3) < 121
     q0, qd0 = jnp.array([0.0, 0.0, 0.3]), jnp.array([0.2, 0.1, 0.0])
@@ -59,10 +59,10 @@ def test_far_contacts_leave_the_run_as_it_was():
 
 def test_more_touching_contacts_than_the_solve_holds_are_reported():
     """70 coincident floor contacts (redundant, each carrying a seventieth of the weight where
-    all are solved) on 3 coordinates, where the narrowed solve holds 64: the landing cannot be
-    solved within it, and the run says so (`CONTACT_UNRESOLVED`) rather than leaving six of
+    all are solved) on 3 coordinates, where the narrowed solve holds 32: the landing cannot be
+    solved within it, and the run says so (`CONTACT_UNRESOLVED`) rather than leaving some of
     them out."""
-    assert capacity(70, 3) == 64
+    assert capacity(70, 3) == 32
     system = ukjax.ConstrainedSystem(Ball(), [_floor(70)])
     sol = ukjax.simulate(system, jnp.array([0.0, 0.0, 0.1]), jnp.zeros(3), 0.0, 0.5, throw=False)
     assert int(sol.status) == int(ukjax.Status.CONTACT_UNRESOLVED)

@@ -6,6 +6,7 @@ import re
 import warnings
 from pathlib import Path
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -124,7 +125,7 @@ def test_quadruped_dropped_under_its_servos_lands():
     assert np.all((height > 0.25) & (height < 0.31)) and np.all(upright > 0.999)
 
     # The file's whole system: its self-collision pairs too (2 255 rows of sphere, capsule and
-    # box pairs between its bodies), more than the narrowed contact solve holds (76 on its 19
+    # box pairs between its bodies), more than the narrowed contact solve holds (38 on its 19
     # coordinates). The broadphase builds the rows of the pairs nearest contact only, and the
     # 10 cm drop is the one with the floor alone: the same events and trajectory to round-off
     # (none of the pairs comes near contact). With a column per pair in every solve it took
@@ -213,3 +214,23 @@ def test_parameters_fitted_by_their_names_in_the_file():
     fitted_tree = res.model.system
     assert float(fitted_tree.masses[0]) == float(found.masses[0])
     np.testing.assert_array_equal(np.asarray(fitted_tree.inertias), np.asarray(found.inertias))
+
+
+@pytest.mark.slow
+def test_quadruped_height_derivative_in_the_trunk_mass():
+    """d z(0.3 s) / d (trunk mass) of the Go1 dropped 5 cm onto the floor under its servos,
+    through its five events, by forward mode against central differences (1e-5 relative).
+    Slow (about 45 s, compile included, on 2 cores): `pytest -m slow`."""
+    model, system = _go1()
+    q0 = model.q0.at[2].add(0.05)
+    trunk = system.system.system.masses[0]
+
+    def height(mass):
+        changed = eqx.tree_at(lambda s: s.system.system.masses, system, system.system.system.masses.at[0].set(mass))
+        return ukjax.simulate(changed, q0, model.qd0, 0.0, 0.3, adjoint=diffrax.ForwardMode(), throw=False).q[-1, 2]
+
+    _, derivative = jax.jit(lambda m: jax.jvp(height, (m,), (jnp.ones_like(m),)))(trunk)
+    h = 1e-4 * float(trunk)
+    central = (jax.jit(height)(trunk + h) - jax.jit(height)(trunk - h)) / (2 * h)
+    assert np.isfinite(float(derivative)) and abs(float(derivative)) > 1e-5
+    assert abs(float(derivative) - float(central)) < 1e-5 * abs(float(central))

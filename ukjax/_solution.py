@@ -48,7 +48,7 @@ MESSAGES = {
     "the contact problem (Painlevé's paradox: sliding friction that no normal force balances, or "
     "a search that did not settle), or an event could not be located (a gap, contact force or "
     "slip that jumps across zero instead of crossing it), or more contacts touched at once than the "
-    "solve holds (4 per coordinate, at least 64); the run stopped there. Check the friction "
+    "solve holds (2 per coordinate, at least 32); the run stopped there. Check the friction "
     "coefficients and the contact geometry.",
     Status.MAX_EVENTS_REACHED: "The run met max_events contact events (impacts, releases, "
     "stick–slip changes) before t1: raise max_events.",

@@ -33,6 +33,7 @@ from jaxtyping import Array, Float
 from .._constraints import AbstractConstraint, Baumgarte, stack_rows
 from .._core import UKSolution
 from .._linalg import WELL_CONDITIONED, negligible, rank_tolerance
+from .._narrow import solve_in
 from .._native import LANES, SPACE, TREE_CONTACTS, built_for, dynamics_target, enabled, tree_target
 from .._systems import AbstractSystem, ConstrainedSystem, Forced
 from .._unilateral import (
@@ -45,7 +46,6 @@ from .._unilateral import (
     _per_contact,
     contact_state,
     sliding_now,
-    solve_modes,
 )
 from .actuators import Actuated
 from .contacts import JointLimits, PlaneContacts, tangent_basis
@@ -483,12 +483,12 @@ def _contact_tables(tree: RigidBodyTree, unilateral, dtype):
 
 
 def _xla_in_modes(system, t, q, qd, modes: Modes, rest):
-    """`_in_modes` by XLA: `system.dynamics` and `solve_modes` (the reference, and the
-    derivatives)."""
+    """`_in_modes` by XLA: `system.dynamics` and the contact solve narrowed to the closed
+    contacts (`_narrow.solve_in`; the reference, and the derivatives)."""
     d = system.dynamics(t, q, qd)
     level = d.levels[-1]
     turned = sliding_now(modes, level.contacts, rest)
-    sol = solve_modes(d.M, d.Q, level.rows, level.contacts, turned, scales=False)
+    sol = solve_in(d.M, d.Q, level.rows, level.contacts, turned, scales=False)
     state = contact_state(level.contacts)
     health = jnp.stack([sol.inconsistency, sol.mass_ok.astype(q.dtype), sol.solvable.astype(q.dtype)])
     return sol.x, sol.constraint_force, sol.normal, sol.tangent, sol.rate, health, state
