@@ -2,7 +2,6 @@
 more contacts than the narrowed solve holds runs as the same scene without the ones far away,
 and more touching contacts than it holds are reported, not solved wrong."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 

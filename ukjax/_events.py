@@ -30,7 +30,6 @@ from ._unilateral import (
     contact_state,
     inverse_masses,
     norm,
-    select_modes,
     unilaterals,
     valid_coefficients,
 )

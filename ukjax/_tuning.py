@@ -7,7 +7,6 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from ._constraints import Baumgarte

@@ -28,11 +28,11 @@ def points(tree, kin: Kinematics, bodies: tuple[str, ...], local: Float[Array, "
     return origins + mv(rotations, local.astype(dtype))
 
 
-def _widen(part: ContactRows, index: Int[Array, " c"], bound: Float[Array, " k"], n: int) -> ContactRows:
+def _widen(part: ContactRows, index: Int[Array, " c"], bound: Float[Array, " k"]) -> ContactRows:
     """The rows of all `k` pairs from those of the `index`ed ones: the others open, zero rows
-    whose gap is their bound. By gathers (each pair's slot among the kept ones): XLA's CPU
-    backend runs a scatter as a loop of its own."""
-    k, c, dtype = bound.shape[0], index.shape[0], bound.dtype
+    whose gap is their bound, gathered by each pair's slot among the kept ones (a repeated
+    index keeps one slot: the same rows)."""
+    k, c = bound.shape[0], index.shape[0]
     slot = jnp.full(k, c, index.dtype).at[index].set(jnp.arange(c, dtype=index.dtype))
     kept = slot < c
     at = jnp.where(kept, slot, 0)
@@ -76,7 +76,7 @@ def rows(
         return build(None)
     bound = bounds(tree, kin)
     index = _nearest(bound, size)
-    return _widen(build(index), index, bound, n)
+    return _widen(build(index), index, bound)
 
 
 def _nearest(bound: Float[Array, " k"], size: int) -> Int[Array, " c"]:
