@@ -4,6 +4,7 @@ and more touching contacts than it holds are reported, not solved wrong."""
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import ukjax
 from ukjax._narrow import capacity
@@ -66,3 +67,67 @@ def test_more_touching_contacts_than_the_solve_holds_are_reported():
     sol = ukjax.simulate(system, jnp.array([0.0, 0.0, 0.1]), jnp.zeros(3), 0.0, 0.5, throw=False)
     assert int(sol.status) == int(ukjax.Status.CONTACT_UNRESOLVED)
     assert not np.all(np.isfinite(np.asarray(sol.q[-1])))
+
+
+def test_narrowed_search_is_the_search_on_its_own_contacts_derivatives_included():
+    """The box landing on a corner while another slides (tests/data/box_landing.npz, the
+    impact's problem as `_events._transition` poses it) with 40 far contacts beside it, more
+    than the narrowed solve holds on 7 coordinates: its modes, jump and impulses are those of
+    the box's contacts alone, the far ones open, and the jump's derivatives in the applied
+    impulse are the box's alone, the same by forward and reverse mode, and central
+    differences' of the solve at the modes found."""
+    from pathlib import Path
+
+    import jax
+
+    from ukjax._constraints import ConstraintRows
+    from ukjax._narrow import select_in, solve_in
+    from ukjax._unilateral import ContactRows, select_modes
+
+    data = dict(np.load(Path(__file__).parent / "data" / "box_landing.npz"))
+
+    def rows(name, extra=0, far=1.0):
+        A, b, phi, phid = (data[f"{name}_{x}"] for x in ("A", "b", "phi", "phid"))
+        n = A.shape[1]
+        return ConstraintRows(*(
+            jnp.asarray(np.concatenate(x))
+            for x in ([A, np.ones((extra, n))], [b, np.zeros(extra)], [phi, np.full(extra, far)], [phid, np.full(extra, far)])
+        ))
+
+    k, extra = data["friction"].shape[0], 40
+    alone = ContactRows(rows("n"), rows("t"), data["friction"], data["restitution"])
+    beside = ContactRows(
+        rows("n", extra), rows("t", 2 * extra, 0.0), jnp.asarray(np.concatenate([data["friction"], np.full(extra, 0.5)])),
+        jnp.asarray(np.concatenate([data["restitution"], np.zeros(extra)])),
+    )
+    assert capacity(k + extra, 7) < k + extra
+    pad = lambda x, fill: jnp.asarray(np.concatenate([x, np.full((extra,) + x.shape[1:], fill)]))  # noqa: E731
+
+    def jump(Q, narrowed):
+        if narrowed:
+            candidates, slipping, slack = pad(data["candidates"], False), pad(data["slipping"], 0.0), pad(data["slack"], 0.0)
+            return select_in(data["M"], Q, rows("eq"), beside, candidates, slipping, slack=slack)
+        return select_modes(data["M"], Q, rows("eq"), alone, data["candidates"], data["slipping"], slack=data["slack"])
+
+    (m1, j1, c1), (m2, j2, c2) = jax.jit(lambda Q: jump(Q, False))(data["Q"]), jax.jit(lambda Q: jump(Q, True))(data["Q"])
+    assert bool(c1) and bool(c2)
+    np.testing.assert_array_equal(np.asarray(m2.mode[:k]), np.asarray(m1.mode))
+    assert np.all(np.asarray(m2.mode[k:]) == 0)
+    np.testing.assert_allclose(np.asarray(j2.x), np.asarray(j1.x), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(j2.normal[:k]), np.asarray(j1.normal), atol=1e-12)
+
+    # the derivatives along an applied impulse small enough to keep the modes
+    direction = np.linspace(-1.0, 1.0, data["Q"].shape[0]) * 1e-3
+    x = lambda s, narrowed: jump(data["Q"] + s * direction, narrowed)[1].x  # noqa: E731
+    forward = jax.jit(lambda s: jax.jvp(lambda s: x(s, True), (s,), (1.0,))[1])(0.0)
+    reverse = jax.jit(jax.grad(lambda s: x(s, True) @ np.arange(1.0, 8.0)))(0.0)
+    alone_forward = jax.jit(lambda s: jax.jvp(lambda s: x(s, False), (s,), (1.0,))[1])(0.0)
+    # the derivative is that of the final modes' solve (the search's choices, its friction
+    # shares included, off the tape): central differences at those modes
+    h = 1e-4
+    at_modes = jax.jit(lambda s: solve_in(data["M"], data["Q"] + s * direction, rows("eq"), beside, m2).x)
+    central = (at_modes(h) - at_modes(-h)) / (2 * h)
+    np.testing.assert_allclose(np.asarray(at_modes(0.0)), np.asarray(j2.x), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(forward), np.asarray(alone_forward), atol=1e-10)
+    np.testing.assert_allclose(np.asarray(forward), np.asarray(central), rtol=1e-6, atol=1e-10)
+    assert float(reverse) == pytest.approx(float(np.asarray(forward) @ np.arange(1.0, 8.0)), rel=1e-9, abs=1e-12)
