@@ -41,6 +41,14 @@ def _impact_time(angle0: float, limit: float) -> float:
     return float(run.t_events[0][0])
 
 
+@eqx.filter_jit
+def _fingers_run(system, q0, qd0, tol):
+    # one program for the three tolerances (they are traced)
+    run = lambda q0: ukjax.simulate(system, q0, qd0, 0.0, 1.0, ts=jnp.linspace(0, 1, 5), rtol=tol, atol=tol, throw=False)  # noqa: E731
+    return jax.vmap(run)(q0)
+
+
+@pytest.mark.xdist_group("coupled_fingers")  # one worker, one compile
 @pytest.mark.parametrize("tol", [1e-6, 1e-8, 1e-10])
 def test_limit_impact_beside_coupled_fingers_on_their_limits(tol):
     """The arm falls onto its shoulder's limit while its fingers rest on theirs, the rows of
@@ -51,15 +59,9 @@ def test_limit_impact_beside_coupled_fingers_on_their_limits(tol):
     which ones, by the tolerance). Every run ends SUCCESS, the impact at the welded
     pendulum's time (DOP853), the arm at rest on its limit and the fingers on theirs."""
     model = models.from_mjcf(DATA / "coupled_fingers.xml", keyframe="open")
-    system = model.full_system()
     angles = jnp.array([0.0, 0.05, 0.1])
     q0 = jnp.tile(model.q0, (3, 1)).at[:, 0].set(angles)
-    run = jax.vmap(
-        lambda q0: ukjax.simulate(
-            system, q0, model.qd0, 0.0, 1.0, ts=jnp.linspace(0, 1, 5), rtol=tol, atol=tol, throw=False
-        )
-    )
-    sol = run(q0)
+    sol = _fingers_run(model.full_system(), q0, model.qd0, jnp.asarray(tol))
     assert np.all(np.asarray(sol.status) == int(ukjax.Status.SUCCESS))
     events = np.asarray(sol.contacts.event_times)
     assert np.all(np.sum(np.isfinite(events), axis=1) == 1)
