@@ -10,7 +10,9 @@ every `H` from one MuJoCo `rollout` of the true arm (RK4 at `H`), plus Gaussian 
 1e-12 on MuJoCo's forward dynamics with continuous torques left `mujoco.sysid` 3.6 % off
 without noise: its pipeline aligns controls and sensors in time its own way.)
 
-- ukjax: `trajectory_residuals` (Tsit5, the torques continuous) and Levenberg–Marquardt,
+- ukjax: the parameters named as the file names them (`ukjax.models.FileParameters`: the
+  links' masses, the joints' damping and armature), `trajectory_residuals` (Tsit5, the torques
+  continuous) and Levenberg–Marquardt,
   twice: at its defaults (1e-10 for both) and with the simulation at 1e-8 and the fit stopping
   at relative steps of 1e-6 (both far below what the noise lets the data decide); standard
   errors from the Jacobian at the solution.
@@ -117,8 +119,11 @@ def fit_ukjax(times, measured, _, tolerance=1e-10, stop=1e-10):
     model = ukjax.models.from_mjcf(xml())
     start = time.perf_counter()
     system = model.controlled(lambda t, q, qd: torques(t, jnp))
-    where = lambda s: (s.system.masses, s.system.damping, s.system.armature)  # noqa: E731
-    system = eqx.tree_at(where, system, tuple(x * f for x, f in zip(where(system), OFF)))
+    leaves = lambda s: (s.system.masses, s.system.damping, s.system.armature)  # noqa: E731
+    system = eqx.tree_at(leaves, system, tuple(x * f for x, f in zip(leaves(system), OFF)))
+    # the twelve parameters by their names in the file, reported by name
+    links, joints = [f"link{i}" for i in range(len(LINKS))], [f"joint{i}" for i in range(len(LINKS))]
+    where = ukjax.models.FileParameters(masses=links, damping=joints, armature=joints)
     ts = jnp.concatenate([jnp.zeros(1), jnp.asarray(times)])
     q = jnp.concatenate([jnp.zeros((1, 4)), jnp.asarray(measured)])
 
@@ -132,8 +137,9 @@ def fit_ukjax(times, measured, _, tolerance=1e-10, stop=1e-10):
     again = time.perf_counter()
     ukjax.fit_least_squares(residuals, system, where=where, positive=True, progress=False, solver=solver)
     compiled = time.perf_counter() - again
-    values = np.array([np.asarray(x) for x in where(res.model)])
-    std = np.asarray(res.std).reshape(3, 4)  # in the order of `where`
+    assert res.names[0] == "mass of link0" and res.names[-1] == f"armature of joint{len(LINKS) - 1}"
+    values = np.asarray(res.values).reshape(3, 4)  # masses, damping, armature, as named
+    std = np.asarray(res.std).reshape(3, 4)
     name = f"ukjax, exact Jacobians ({tolerance:g}, {stop:g})"
     return report(name, values, std, compiled, res.steps, f"(first run {wall:.1f} s)")
 
