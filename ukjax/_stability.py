@@ -127,7 +127,12 @@ def warn_if_unstable(system, solver: diffrax.AbstractSolver, t0, q0, qd0, span: 
     happens for a solver without a stability function."""
     if stability_function(solver) is None:
         return
-    M, K, D, A = _linearization(system, jnp.asarray(t0, q0.dtype), q0, qd0)
+    try:
+        M, K, D, A = _linearization(system, jnp.asarray(t0, q0.dtype), q0, qd0)
+    except (TypeError, ValueError, NotImplementedError):
+        # forces that forward mode cannot pass (a host callback, a custom_vjp): no estimate,
+        # and the run goes on as it would have
+        return
     try:
         eigenvalues = linear_modes(M, K, D, A)
     except np.linalg.LinAlgError:
