@@ -38,30 +38,33 @@ class _Narrowed(NamedTuple):
     overflow: Bool[Array, ""]  # more were active than fit
 
 
+def take(contacts: ContactRows, at: Int[Array, " c"], keep: Bool[Array, " c"], gap, rate) -> ContactRows:
+    """The contacts at the indices `at` where `keep`; elsewhere open rows of zero whose gap is
+    `gap` and normal rate `rate` (scalars or per row), no friction, never crossed."""
+
+    def part(x, at, keep, fill):
+        return jnp.where(keep.reshape(keep.shape + (1,) * (x.ndim - 1)), x[at], fill)
+
+    def rows(r: ConstraintRows, at, keep, phi, phid) -> ConstraintRows:
+        fills = (0, 0, phi, phid)
+        return ConstraintRows(*(part(x, at, keep, fill) for x, fill in zip((r.A, r.b, r.phi, r.phid), fills)))
+
+    pairs = jnp.stack([2 * at, 2 * at + 1], axis=1).reshape(-1)
+    return ContactRows(
+        rows(contacts.normal, at, keep, gap, rate),
+        rows(contacts.tangent, pairs, jnp.repeat(keep, 2), 0, 0),
+        part(contacts.friction, at, keep, 0),
+        part(contacts.restitution, at, keep, 0),
+        None if contacts.crossing is None else part(contacts.crossing, at, keep, jnp.inf),
+    )
+
+
 def _narrow(contacts: ContactRows, active: Bool[Array, " k"], size: int) -> _Narrowed:
     k = contacts.size
     index = jnp.nonzero(active, size=size, fill_value=k)[0]
     valid = index < k
-    safe = jnp.where(valid, index, 0)
-    pairs = jnp.stack([2 * safe, 2 * safe + 1], axis=1).reshape(-1)
-    valid2 = jnp.repeat(valid, 2)
-
-    def rows(r: ConstraintRows, at, keep, far) -> ConstraintRows:
-        # a padded contact is a zero row, far and leaving: open, and no candidate
-        return ConstraintRows(
-            jnp.where(keep[:, None], r.A[at], 0),
-            jnp.where(keep, r.b[at], 0),
-            jnp.where(keep, r.phi[at], far),
-            jnp.where(keep, r.phid[at], far),
-        )
-
-    narrowed = ContactRows(
-        rows(contacts.normal, safe, valid, 1.0),
-        rows(contacts.tangent, pairs, valid2, 0.0),
-        jnp.where(valid, contacts.friction[safe], 0),
-        jnp.where(valid, contacts.restitution[safe], 0),
-        None if contacts.crossing is None else jnp.where(valid, contacts.crossing[safe], jnp.inf),
-    )
+    # a padded contact is a zero row, far and leaving: open, and no candidate
+    narrowed = take(contacts, jnp.where(valid, index, 0), valid, 1.0, 1.0)
     return _Narrowed(narrowed, index, valid, jnp.sum(active) > size)
 
 

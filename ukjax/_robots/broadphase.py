@@ -11,8 +11,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from .._constraints import ConstraintRows
-from .._narrow import capacity
+from .._narrow import capacity, take
 from .._unilateral import ContactRows
 from . import algorithms
 from .joints import Kinematics
@@ -36,22 +35,7 @@ def _widen(part: ContactRows, index: Int[Array, " c"], bound: Float[Array, " k"]
     slot = jnp.full(k, c, index.dtype).at[index].set(jnp.arange(c, dtype=index.dtype))
     kept = slot < c
     at = jnp.where(kept, slot, 0)
-    pairs = jnp.stack([2 * at, 2 * at + 1], axis=1).reshape(-1)
-    kept2 = jnp.repeat(kept, 2)
-
-    def take(x, at, keep, other):
-        return jnp.where(keep.reshape(keep.shape + (1,) * (x.ndim - 1)), x[at], other)
-
-    def rows(r: ConstraintRows, at, keep, phi) -> ConstraintRows:
-        return ConstraintRows(take(r.A, at, keep, 0), take(r.b, at, keep, 0), take(r.phi, at, keep, phi), take(r.phid, at, keep, 0))
-
-    return ContactRows(
-        rows(part.normal, at, kept, jax.lax.stop_gradient(bound)),
-        rows(part.tangent, pairs, kept2, 0),
-        take(part.friction, at, kept, 0),
-        take(part.restitution, at, kept, 0),
-        None if part.crossing is None else take(part.crossing, at, kept, jnp.inf),
-    )
+    return take(part, at, kept, jax.lax.stop_gradient(bound), 0.0)
 
 
 def rows(

@@ -356,9 +356,9 @@ class ShapeContacts(AbstractUnilateral):
         origin = broadphase.points(tree, kin, self.shape_bodies, self.positions)
         size = self.sizes.astype(centre.dtype)
         held = jnp.zeros(len(self.kinds), centre.dtype)
-        for kind, extent in (("plane", jnp.inf), ("sphere", size[:, 0]), ("capsule", size[:, 0] + size[:, 1])):
+        extents = {"plane": jnp.inf, "sphere": size[:, 0], "capsule": size[:, 0] + size[:, 1], "box": norm(size)}
+        for kind, extent in extents.items():
             held = jnp.where(np.array(self.kinds) == kind, extent, held)
-        held = jnp.where(np.array(self.kinds) == "box", norm(size), held)
         return norm(centre - origin) - self.radii.astype(centre.dtype) - held
 
     def _rows(self, tree, kin, motion, q, qd, pick):
@@ -506,14 +506,20 @@ class SegmentContacts(AbstractUnilateral):
         tree = tree_of(system)
         kin, motion = tree._motion(q, qd)
         bodies = (self.bodies, self.other_bodies)
-        return broadphase.rows(tree, kin, qd, bodies, self._bounds, lambda pick: self._rows(tree, kin, motion, q, qd, pick))
+        return broadphase.rows(
+            tree, kin, qd, bodies, self._bounds, lambda pick: self._rows(tree, kin, motion, q, qd, pick)
+        )
 
     def _bounds(self, tree, kin) -> Float[Array, " k"]:
         """A lower bound of each gap: the distance between spheres about the segments'
         middles that hold them, their radii included."""
-        ends = [broadphase.points(tree, kin, b, x[:, i]) for b, x in ((self.bodies, self.segments), (self.other_bodies, self.other_segments)) for i in (0, 1)]
-        held = [norm(one - two) / 2 + r.astype(one.dtype) for (one, two), r in ((ends[:2], self.radii), (ends[2:], self.other_radii))]
-        return norm((ends[0] + ends[1]) / 2 - (ends[2] + ends[3]) / 2) - held[0] - held[1]
+        sides = ((self.bodies, self.segments, self.radii), (self.other_bodies, self.other_segments, self.other_radii))
+        middles, held = [], []
+        for bodies, segments, radii in sides:
+            one, two = (broadphase.points(tree, kin, bodies, segments[:, i]) for i in (0, 1))
+            middles.append((one + two) / 2)
+            held.append(norm(one - two) / 2 + radii.astype(one.dtype))
+        return norm(middles[0] - middles[1]) - held[0] - held[1]
 
     def _rows(self, tree, kin, motion, q, qd, pick):
         """The contacts' rows, all of them, or those `pick`ed (indices chosen during the run)."""
