@@ -67,7 +67,8 @@ def _reference(contacts, tree):
     `ShapeContacts` by the shapes' distance functions, `SegmentContacts` by closest points found
     among the interior stationary point and the best point on each side of the square of
     parameters (Ericson's clamping in the library)."""
-    from ukjax._robots.contacts import _distance, tangent_basis
+    from ukjax._robots.contacts import tangent_basis
+    from ukjax._robots.shapes import distance as _distance
 
     b = len(tree.parents)
     shapes = isinstance(contacts, ShapeContacts)

@@ -11,7 +11,10 @@ ground floor (`_arrays`, `_constraints`, `_systems`, `_jit`, `_animate`):
   bodies' and points' motion, each reading one `Kinematics`;
 - `tree`: `RigidBodyTree`, the system;
 - `equalities`: `Connect`, `Weld`, `JointCoupling`, `TendonCoupling`, `SiteConstraint`;
-- `contacts`: joint limits and contacts of spheres, capsules and boxes with planes;
+- `shapes`: the primitive shapes' signed distances (plane, sphere, capsule, box, cylinder);
+- `contacts`: joint limits and contacts of spheres, capsules and boxes with planes, of
+  spheres with any shape, of segments with segments;
+- `rings`: a cylinder's rims against planes at their lowest points;
 - `broadphase`: where a tree has more contact pairs than the narrowed solve holds, the rows
   of the pairs nearest contact only (bounding spheres);
 - `actuators`: MuJoCo's actuators and the system they drive;

@@ -5,14 +5,22 @@ import warnings
 
 import numpy as np
 
-from .contacts import SHAPES, JointLimits, PlaneContacts, SegmentContacts, ShapeContacts
+from .contacts import JointLimits, PlaneContacts, SegmentContacts, ShapeContacts
 from .mjmodel import _KINDS, _disabled, _name, _rotation
+from .rings import RingContacts
+from .shapes import SHAPES
 from .tree import RigidBodyTree
 
 
 # a box's corners in units of its half sizes, and its twelve edges as pairs of corners
 _CORNERS = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=float)
 _EDGES = np.array([(i, j) for i in range(8) for j in range(i + 1, 8) if np.sum(_CORNERS[i] != _CORNERS[j]) == 1])
+# the points of a cylinder's rims that carry a face resting flat (a hexagon in each rim: its
+# support reaches cos 30° = 0.87 of the radius), in units of the radius and half length;
+# turned 15° off the geom's axes, where a file's tilts put the rim's lowest point (a point
+# there and the rim's lowest point make two rows equal but for round-off, which a face
+# coming down flat on them turns into a solve that jumps)
+_RIM = np.array([[np.cos(a), np.sin(a), z] for z in (-1, 1) for a in np.radians(15 + 60 * np.arange(6))])
 
 
 def _colliding_pairs(mjm) -> list[tuple[int, int, float, int, float]]:
@@ -59,9 +67,10 @@ def _colliding_pairs(mjm) -> list[tuple[int, int, float, int, float]]:
 
 
 def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
-    """The file's joint limits, the contacts of its spheres, capsules and boxes with planes
-    fixed in the world and with each other, as exact unilateral constraints; what else could
-    collide goes to `notes`."""
+    """The file's joint limits, the contacts of its spheres, capsules, boxes and cylinders with
+    planes fixed in the world and with each other, as exact unilateral constraints (those of
+    cylinders with capsules, boxes and cylinders, and of boxes with boxes, at points of them);
+    what else could collide goes to `notes`."""
     import mujoco
 
     out = []
@@ -89,12 +98,14 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
 
     def spheres(g) -> list[tuple[np.ndarray, float]]:
         """The geom as spheres in its body's frame: a sphere, a capsule's end spheres, a box's
-        corners (radius 0)."""
+        corners, points of a cylinder's rims (radius 0)."""
         R, size = _rotation(mjm.geom_quat[g]), mjm.geom_size[g]
         if kind(g) == "sphere":
             points, radius = [np.zeros(3)], size[0]
         elif kind(g) == "capsule":
             points, radius = [R[:, 2] * size[1], -R[:, 2] * size[1]], size[0]
+        elif kind(g) == "cylinder":
+            points, radius = list(_RIM * size[[0, 0, 1]] @ R.T), 0.0
         else:
             points, radius = list(_CORNERS * size @ R.T), 0.0
         return [(mjm.geom_pos[g] + point, float(radius)) for point in points]
@@ -109,7 +120,8 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
     # the static geoms' world poses (those of bodies welded to the world do not depend on q)
     world = mujoco.MjData(mjm)
     mujoco.mj_kinematics(mjm, world)
-    on_planes, on_shapes, on_segments, others, sampled, twisting = [], [], [], [], [], 0
+    on_planes, on_rings, on_shapes, on_segments, others, twisting = [], [], [], [], [], 0
+    sampled = {"box": [], "cylinder": []}
     direct = []
     for g1, g2, mu, dim, margin in _colliding_pairs(mjm):
         mu = 0.0 if dim == 1 else mu
@@ -130,6 +142,14 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                 # a margin moves the surface out by it: the sphere grows (MuJoCo rests a ball
                 # that far above the floor, to its softness)
                 on_planes.append((body(g2), point, radius + margin, normal, normal @ origin, mu, label))
+            if kind(g2) == "cylinder":
+                # the rims at their lowest points (the points above carry a face lying flat)
+                R, (radius, half) = _rotation(mjm.geom_quat[g2]), mjm.geom_size[g2, :2]
+                for end, side in ((-1, "bottom"), (1, "top")):
+                    centre = mjm.geom_pos[g2] + end * half * R[:, 2]
+                    on_rings.append(
+                        (body(g2), centre, R[:, 2], radius, margin, normal, normal @ origin, mu, f"{geom(g2)}–{geom(g1)}[{side} rim]")
+                    )
         else:
             # a sphere's centre against the other shape; a capsule's end spheres against the
             # other shape, and its axis against the other's axis or edges (the closest points of
@@ -143,11 +163,13 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                 pairs = ((g1, g2),)
             else:
                 pairs = ((g1, g2), (g2, g1))
-                if kind(g1) == "box":
-                    sampled.append(f"{geom(g1)}–{geom(g2)}")
+                for shape in ("cylinder", "box"):
+                    if shape in (kind(g1), kind(g2)):
+                        sampled[shape].append(f"{geom(g1)}–{geom(g2)}")
+                        break
             for a, b in pairs:
                 points = spheres(a)
-                used = {"sphere": 1, "capsule": 2, "box": 3}[kind(b)]
+                used = {"sphere": 1, "capsule": 2, "box": 3, "cylinder": 2}[kind(b)]
                 size = np.where(np.arange(3) < used, mjm.geom_size[b], 0.0)
                 for i, (point, radius) in enumerate(points):
                     label = f"{geom(a)}–{geom(b)}" + (f"[{i}]" if len(points) > 1 else "")
@@ -155,7 +177,7 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                         (body(a), point, radius + margin, body(b), kind(b), mjm.geom_pos[b], _rotation(mjm.geom_quat[b]), size,
                          mu, label)
                     )
-            if kind(g1) == "capsule" and kind(g2) != "sphere":
+            if kind(g1) == "capsule" and kind(g2) in ("capsule", "box"):
                 (axis,), radius = segments(g1), mjm.geom_size[g1, 0] + margin
                 other_radius = mjm.geom_size[g2, 0] if kind(g2) == "capsule" else 0.0
                 for i, other in enumerate(segments(g2)):
@@ -164,6 +186,14 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
     if on_planes:
         bodies, centres, radii, normals, offsets, friction, labels = zip(*on_planes)
         out.append(PlaneContacts(tree, bodies, np.array(centres), np.array(radii), np.array(normals), np.array(offsets), np.array(friction), names=labels))
+    if on_rings:
+        bodies, centres, axes, radii, tubes, normals, offsets, friction, labels = zip(*on_rings)
+        out.append(
+            RingContacts(
+                tree, bodies, np.array(centres), np.array(axes), np.array(radii), np.array(tubes), np.array(normals),
+                np.array(offsets), np.array(friction), names=labels,
+            )
+        )
     if on_shapes:
         bodies, centres, radii, shape_bodies, shape_kinds, positions, rotations, sizes, friction, labels = zip(*on_shapes)
         out.append(
@@ -185,18 +215,27 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
             f"the stiffness and damping of contacts given as negative solref ({len(direct)} geom pairs: "
             f"{', '.join(direct[:6])}{', …' if len(direct) > 6 else ''}): exact here, their restitution 0"
         )
-    if sampled:
+    listed = lambda pairs: f"{len(pairs)} geom pairs: {', '.join(pairs[:6])}{', …' if len(pairs) > 6 else ''}"  # noqa: E731
+    if sampled["box"]:
         warnings.warn(
             f"Contacts between boxes are met at their corners only, each box's eight against the other "
-            f"({len(sampled)} geom pairs: {', '.join(sampled[:6])}{', …' if len(sampled) > 6 else ''}): two crossed "
-            "edges pass through each other unseen. Capsules and spheres against boxes are met exactly.",
+            f"({listed(sampled['box'])}): two crossed edges pass through each other unseen. Capsules and spheres "
+            "against boxes are met exactly.",
+            stacklevel=4,
+        )
+    if sampled["cylinder"]:
+        warnings.warn(
+            "Contacts of cylinders with capsules, boxes and cylinders are met at points of them only: a capsule's "
+            "end spheres and a box's corners against the cylinder, six points of each rim against the other shape "
+            f"({listed(sampled['cylinder'])}): a capsule's middle or a box's edge across a cylinder's side, or a "
+            "shape between a rim's points, passes unseen. Cylinders against planes and spheres are met exactly.",
             stacklevel=4,
         )
     if twisting:
         notes.append(f"torsional and rolling friction (condim 4 or 6) of {twisting} geom pair(s): sliding friction kept")
     if others:
         notes.append(
-            f"contacts other than those of planes, spheres, capsules and boxes ({len(others)} geom pairs: "
+            f"contacts other than those of planes, spheres, capsules, boxes and cylinders ({len(others)} geom pairs: "
             f"{', '.join(others[:6])}{', …' if len(others) > 6 else ''})"
         )
     return tuple(out)

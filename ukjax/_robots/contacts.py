@@ -11,8 +11,9 @@ from .._animate import Sketch
 from .._arrays import as_inexact
 from .._constraints import ConstraintRows, holonomic_rows
 from .._unilateral import AbstractUnilateral, ContactRows, _per_contact, norm, unit
-from . import algorithms, broadphase
+from . import algorithms, broadphase, shapes
 from .equalities import Connect, tree_of
+from .shapes import SHAPES
 from .spatial import mm, mv, put
 
 
@@ -69,9 +70,9 @@ class JointLimits(AbstractUnilateral):
         return ContactRows(normal, _no_tangents(k, q.shape[0], q.dtype), jnp.zeros(k, q.dtype), restitution)
 
 
-def _check_shapes(contacts, k: int, **shapes: tuple[int, ...]):
+def _check_shapes(contacts, k: int, **fields: tuple[int, ...]):
     """That each named field of `contacts` has `k` rows of the given shape."""
-    for name, shape in shapes.items():
+    for name, shape in fields.items():
         x = getattr(contacts, name)
         if x.shape != (k, *shape):
             raise ValueError(
@@ -207,51 +208,14 @@ def _coefficients(contacts, pick) -> tuple[Array, Array]:
     return (friction, restitution) if pick is None else (friction[pick], restitution[pick])
 
 
-# The primitive shapes a sphere can touch, each as its signed distance and unit normal at a
-# point `y` in the shape's frame (`size`: a sphere's radius; a capsule's radius and half
-# length along z; a box's half sizes; a plane is z ≥ 0).
-SHAPES = ("plane", "sphere", "capsule", "box")
-
-
-def _thickness(kind: str, size: Float[Array, "k 3"]) -> Float[Array, " k"]:
-    """The least width of the shape `kind`: how far a point must travel through it to come
-    out on the other side (a plane cannot be passed)."""
-    if kind == "plane":
-        return jnp.full(size.shape[0], jnp.inf, size.dtype)
-    if kind in ("sphere", "capsule"):
-        return 2 * size[:, 0]
-    return 2 * jnp.min(size, axis=-1)
-
-
-def _distance(kind: str, y: Float[Array, "k 3"], size: Float[Array, "k 3"]):
-    """The signed distance from `y` to the shape `kind` and its outward normal there."""
-    if kind == "plane":
-        return y[:, 2], jnp.broadcast_to(jnp.eye(3, dtype=y.dtype)[2], y.shape)
-    if kind in ("sphere", "capsule"):
-        # a capsule is the points within its radius of its axis segment
-        axis = jnp.clip(y[:, 2], -size[:, 1], size[:, 1]) if kind == "capsule" else 0.0 * y[:, 2]
-        offset = y - axis[:, None] * jnp.eye(3, dtype=y.dtype)[2]
-        return norm(offset) - size[:, 0], unit(offset)
-    # a box: outside, the distance to its nearest point; inside, minus the distance to its
-    # nearest face
-    excess = jnp.abs(y) - size
-    beyond = jnp.maximum(excess, 0.0)
-    outside, direction = norm(beyond), unit(beyond)
-    face = jnp.argmax(excess, axis=-1)
-    inner = jnp.take_along_axis(excess, face[:, None], axis=-1)[:, 0]
-    is_out = jnp.any(excess > 0, axis=-1)
-    normal = jnp.sign(y) * jnp.where(is_out[:, None], direction, jax.nn.one_hot(face, 3, dtype=y.dtype))
-    return jnp.where(is_out, outside, inner), normal
-
-
 class ShapeContacts(AbstractUnilateral):
-    """Spheres fixed to bodies of a tree against primitive shapes (a plane, a sphere, a capsule
-    or a box) fixed to other bodies or to the world: `g` is the sphere centre's signed distance
+    """Spheres fixed to bodies of a tree against primitive shapes (a plane, a sphere, a capsule,
+    a box or a cylinder) fixed to other bodies or to the world: `g` is the sphere centre's signed distance
     to the shape minus the sphere's radius, `g ≥ 0`, with Coulomb friction on the relative
     velocity of the two bodies at the touching point. A box's corners (radius 0) and a
     capsule's end spheres make the contacts of boxes and capsules with each other. The rows
     are in closed form from the bodies' motion, exact in a box's face, edge and corner regions
-    alike and while the touching point moves over both surfaces (rolling).
+    and a cylinder's side, rims and caps alike and while the touching point moves over both surfaces (rolling).
 
     **Arguments:**
 
@@ -260,11 +224,13 @@ class ShapeContacts(AbstractUnilateral):
     - `centres`: each sphere's centre in its body's frame, shape (k, 3).
     - `radii`: shape (k,).
     - `shape_bodies`: the body each shape is fixed to (`k` names; `"world"` allowed).
-    - `kinds`: each shape's kind, one of `"plane"`, `"sphere"`, `"capsule"`, `"box"`.
+    - `kinds`: each shape's kind, one of `"plane"`, `"sphere"`, `"capsule"`, `"box"`,
+      `"cylinder"`.
     - `positions`, `rotations`: each shape's frame in its body's frame, shapes (k, 3) and
-      (k, 3, 3) (a plane is the frame's `z ≥ 0`; a capsule's axis is its z axis).
-    - `sizes`: shape (k, 3): a sphere's radius; a capsule's radius and half length; a box's
-      half sizes (unused entries zero).
+      (k, 3, 3) (a plane is the frame's `z ≥ 0`; a capsule's and a cylinder's axis is its z
+      axis).
+    - `sizes`: shape (k, 3): a sphere's radius; a capsule's or a cylinder's radius and half
+      length; a box's half sizes (unused entries zero).
     - `friction`: Coulomb's `μ` per contact (or a scalar).
     - `restitution`: Newton's `e` per contact (or a scalar; default 0).
     - `names`: a label per contact.
@@ -327,18 +293,18 @@ class ShapeContacts(AbstractUnilateral):
             codes = jnp.asarray(np.array([SHAPES.index(x) for x in self.kinds]))[pick]
             sizes = self.sizes[pick].astype(y.dtype)
             for kind in sorted(set(self.kinds)):
-                (d, n), (_, n_rate) = jax.jvp(lambda y: _distance(kind, y, sizes), (y,), (yd,))
+                (d, n), (_, n_rate) = jax.jvp(lambda y: shapes.distance(kind, y, sizes), (y,), (yd,))
                 mine = codes == SHAPES.index(kind)
-                distance, thickness = jnp.where(mine, d, distance), jnp.where(mine, _thickness(kind, sizes), thickness)
+                distance, thickness = jnp.where(mine, d, distance), jnp.where(mine, shapes.thickness(kind, sizes), thickness)
                 normal, rate = jnp.where(mine[:, None], n, normal), jnp.where(mine[:, None], n_rate, rate)
             return distance, normal, rate, thickness
         # one evaluation per kind present (a static grouping)
         for kind in sorted(set(self.kinds)):
             index = np.array([i for i, x in enumerate(self.kinds) if x == kind])
             size = self.sizes[index].astype(y.dtype)
-            (d, n), (_, n_rate) = jax.jvp(lambda y: _distance(kind, y, size), (y[index],), (yd[index],))
+            (d, n), (_, n_rate) = jax.jvp(lambda y: shapes.distance(kind, y, size), (y[index],), (yd[index],))
             distance, normal, rate = put(distance, index, d), put(normal, index, n), put(rate, index, n_rate)
-            thickness = put(thickness, index, _thickness(kind, size))
+            thickness = put(thickness, index, shapes.thickness(kind, size))
         return distance, normal, rate, thickness
 
     def contact_rows(self, system, t, q, qd):
@@ -356,9 +322,8 @@ class ShapeContacts(AbstractUnilateral):
         origin = broadphase.points(tree, kin, self.shape_bodies, self.positions)
         size = self.sizes.astype(centre.dtype)
         held = jnp.zeros(len(self.kinds), centre.dtype)
-        extents = {"plane": jnp.inf, "sphere": size[:, 0], "capsule": size[:, 0] + size[:, 1], "box": norm(size)}
-        for kind, extent in extents.items():
-            held = jnp.where(np.array(self.kinds) == kind, extent, held)
+        for kind in set(self.kinds):
+            held = jnp.where(np.array(self.kinds) == kind, shapes.extent(kind, size), held)
         return norm(centre - origin) - self.radii.astype(centre.dtype) - held
 
     def _rows(self, tree, kin, motion, q, qd, pick):
