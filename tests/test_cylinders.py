@@ -4,8 +4,6 @@ falling flat against their closed forms (and DOP853), a ball leaving a lying cyl
 energy says, a box resting on a standing one, and what the importer says of the pairs met at
 points of them only."""
 
-import warnings
-
 import diffrax
 import equinox as eqx
 import jax
@@ -98,7 +96,9 @@ T1 = 1.5
 def _dop853(rhs, y0, t1, event):
     """The reference: DOP853 at rtol 1e-12 to the terminal `event`."""
     event.terminal = True
-    return solve_ivp(rhs, (0.0, t1), y0, method="DOP853", rtol=1e-12, atol=1e-14, events=event, dense_output=True)
+    return solve_ivp(
+        rhs, (0.0, t1), y0, method="DOP853", rtol=1e-12, atol=1e-14, events=event, dense_output=True
+    )
 
 
 def _coin():
@@ -119,16 +119,31 @@ def _ball():
     """The ball's angle from the log's top by DOP853, θ̈ = g sin θ / (R + r), to where
     cos θ = (2/3) cos θ₀: the normal force m g cos θ − m v² / (R + r) zero there."""
     leaves = np.arccos(2 / 3 * np.cos(START))
-    return _dop853(lambda t, y: [y[1], G * np.sin(y[0]) / (LOG + BALL)], [START, 0.0], 2.0, lambda t, y: y[0] - leaves)
+    return _dop853(
+        lambda t, y: [y[1], G * np.sin(y[0]) / (LOG + BALL)], [START, 0.0], 2.0, lambda t, y: y[0] - leaves
+    )
 
 
 @pytest.fixture(scope="module")
 def scene():
-    with pytest.warns(UserWarning, match="Contacts of cylinders with capsules, boxes and cylinders are met at points"):
+    with pytest.warns(
+        UserWarning, match="Contacts of cylinders with capsules, boxes and cylinders are met at points"
+    ):
         model = ukjax.models.from_mjcf(SCENE)
     landing, off = float(_coin().t_events[0][0]), float(_ball().t_events[0][0])
-    ts = np.unique(np.concatenate([np.linspace(0, T1, 6), np.linspace(0, 0.95 * landing, 8), np.linspace(0, 0.95 * off, 6), [off + 0.1]]))
-    sol = ukjax.simulate(model.full_system(), model.q0, model.qd0, 0.0, T1, ts=jnp.asarray(ts), rtol=1e-10, atol=1e-10)
+    ts = np.unique(
+        np.concatenate(
+            [
+                np.linspace(0, T1, 6),
+                np.linspace(0, 0.95 * landing, 8),
+                np.linspace(0, 0.95 * off, 6),
+                [off + 0.1],
+            ]
+        )
+    )
+    sol = ukjax.simulate(
+        model.full_system(), model.q0, model.qd0, 0.0, T1, ts=jnp.asarray(ts), rtol=1e-10, atol=1e-10
+    )
     return model, sol
 
 
@@ -136,7 +151,11 @@ def _part(model, sol, body: str):
     """The save times, and the body's free joint's coordinates and their rates there (each body
     of the scene has one, in the bodies' order)."""
     i = model.system.body_names.index(body)
-    return np.asarray(sol.ts), np.asarray(sol.q[:, 7 * i : 7 * i + 7]), np.asarray(sol.qd[:, 7 * i : 7 * i + 7])
+    return (
+        np.asarray(sol.ts),
+        np.asarray(sol.q[:, 7 * i : 7 * i + 7]),
+        np.asarray(sol.qd[:, 7 * i : 7 * i + 7]),
+    )
 
 
 def _forces(model, sol, prefix: str) -> dict:
@@ -150,12 +169,15 @@ def test_the_importer_builds_a_cylinders_rims_and_their_points(scene):
     rim."""
     model, _ = scene
     rims = [u for u in model.unilateral if isinstance(u, RingContacts)]
-    assert len(rims) == 1 and rims[0].names[:2] == ("can–incline[bottom rim]", "can–incline[top rim]")
-    points = [u for u in model.unilateral if isinstance(u, PlaneContacts)][0]
+    assert len(rims) == 1
+    assert rims[0].names[:2] == ("can–incline[bottom rim]", "can–incline[top rim]")
+    points = next(u for u in model.unilateral if isinstance(u, PlaneContacts))
     can = np.array([n.startswith("can–incline[") for n in points.names])
     assert can.sum() == 12
-    np.testing.assert_allclose(np.linalg.norm(np.asarray(points.centres)[can], axis=1), np.hypot(RADIUS, HALF), rtol=1e-14)
-    shapes = [u for u in model.unilateral if isinstance(u, ShapeContacts)][0]
+    np.testing.assert_allclose(
+        np.linalg.norm(np.asarray(points.centres)[can], axis=1), np.hypot(RADIUS, HALF), rtol=1e-14
+    )
+    shapes = next(u for u in model.unilateral if isinstance(u, ShapeContacts))
     assert shapes.kinds.count("cylinder") == 1 + 8  # the ball and the lid's corners against a cylinder
 
 
@@ -172,7 +194,9 @@ def test_a_cylinder_rolls_down_an_incline_at_two_thirds_g_sin_alpha(scene):
     assert run[-1] / RADIUS > 2 * np.pi
     assert float(sol.contacts.penetration) <= 1e-9
     rims = _forces(model, sol, "can–incline[")
-    np.testing.assert_allclose([rims["can–incline[bottom rim]"], rims["can–incline[top rim]"]], G * np.cos(ALPHA) / 2, rtol=1e-8)
+    np.testing.assert_allclose(
+        [rims["can–incline[bottom rim]"], rims["can–incline[top rim]"]], G * np.cos(ALPHA) / 2, rtol=1e-8
+    )
 
 
 def test_a_coin_on_its_rim_falls_flat_as_its_one_degree_of_freedom_says(scene):
@@ -220,7 +244,7 @@ def test_a_box_rests_on_a_standing_cylinder_by_its_rim(scene):
     do, and it rests on them, its centre the post's height and its own half height up, the
     rim's points carrying its weight."""
     model, sol = scene
-    t, q, qd = _part(model, sol, "lid")
+    _, q, qd = _part(model, sol, "lid")
     drop = np.sqrt(2 * 0.05 / G)
     events = np.asarray(sol.contacts.event_times)
     assert np.min(np.abs(events[np.isfinite(events)] - drop)) <= 1e-8 * drop
@@ -242,18 +266,22 @@ def test_the_rolling_runs_derivative_in_both_modes_against_its_closed_form():
     model = ukjax.models.from_mjcf(xml)
     system, T = model.full_system(), 0.5
 
-    def run(alpha, adjoint=diffrax.RecursiveCheckpointAdjoint()):
+    def run(alpha, adjoint=None):
         normal = jnp.stack([jnp.sin(alpha), 0.0, jnp.cos(alpha)])
         down = jnp.stack([jnp.cos(alpha), 0.0, -jnp.sin(alpha)])
         turned = eqx.tree_at(
             lambda s: [c.normals for c in s.constraints], system, [jnp.tile(normal, (k, 1)) for k in (12, 2)]
         )
         q0 = jnp.asarray(model.q0).at[:3].set(RADIUS * normal)
-        sol = ukjax.simulate(turned, q0, model.qd0, 0.0, T, ts=jnp.array([0.0, T]), adjoint=adjoint, throw=False)
+        sol = ukjax.simulate(
+            turned, q0, model.qd0, 0.0, T, ts=jnp.array([0.0, T]), adjoint=adjoint, throw=False
+        )
         return (sol.q[-1, :3] - q0[:3]) @ down
 
     want = G * np.cos(ALPHA) / 3 * T**2
-    value, forward = jax.jvp(lambda a: run(a, diffrax.ForwardMode()), (jnp.asarray(ALPHA),), (jnp.asarray(1.0),))
+    value, forward = jax.jvp(
+        lambda a: run(a, diffrax.ForwardMode()), (jnp.asarray(ALPHA),), (jnp.asarray(1.0),)
+    )
     reverse = jax.grad(run)(jnp.asarray(ALPHA))
     step = 1e-5
     central = (run(jnp.asarray(ALPHA + step)) - run(jnp.asarray(ALPHA - step))) / (2 * step)
@@ -272,8 +300,16 @@ def test_a_rims_rows_equal_automatic_differentiation(scene):
     (every,) = [u for u in model.unilateral if isinstance(u, RingContacts)]
     assert every.bodies == ("can", "can", "coin", "coin")
     rims = RingContacts(
-        tree, every.bodies[:2], every.centres[:2], every.axes[:2], every.radii[:2], every.tubes[:2],
-        every.normals[:2], every.offsets[:2], every.friction[:2], names=every.names[:2],
+        tree,
+        every.bodies[:2],
+        every.centres[:2],
+        every.axes[:2],
+        every.radii[:2],
+        every.tubes[:2],
+        every.normals[:2],
+        every.offsets[:2],
+        every.friction[:2],
+        names=every.names[:2],
     )
     i = tree.body_names.index("can")
     n, d = np.asarray(rims.normals), np.asarray(rims.offsets)
@@ -284,7 +320,7 @@ def test_a_rims_rows_equal_automatic_differentiation(scene):
         return kin.rotations[i], kin.positions[i]
 
     def lowest(q):  # each rim's lowest point in the body's frame, by the closed form's direction
-        R, p = frame(q)
+        R, _ = frame(q)
         a = R @ rims.axes.T
         along = n - jnp.sum(n * a.T, axis=1)[:, None] * a.T
         u = along / jnp.linalg.norm(along, axis=1, keepdims=True)
@@ -296,7 +332,12 @@ def test_a_rims_rows_equal_automatic_differentiation(scene):
 
     def slip(t, q, qd):
         on = lowest(q)  # the material points there, held fixed while differentiating
-        velocity = jax.jvp(lambda q: frame(q)[1] + on @ frame(q)[0].T, (q,), (qd,))[1]
+
+        def points(q):
+            R, p = frame(q)
+            return p + on @ R.T
+
+        velocity = jax.jvp(points, (q,), (qd,))[1]
         T = tangent_basis(jnp.asarray(n))
         return jnp.einsum("kdj,kj->kd", T, velocity).reshape(-1)
 
@@ -306,7 +347,9 @@ def test_a_rims_rows_equal_automatic_differentiation(scene):
         u = rng.normal(size=4)
         q[7 * i + 3 : 7 * i + 7] = u / np.linalg.norm(u)
         qd[7 * i : 7 * i + 7] = rng.normal(size=7)
-        qd[7 * i + 3 : 7 * i + 7] -= (qd[7 * i + 3 : 7 * i + 7] @ q[7 * i + 3 : 7 * i + 7]) * q[7 * i + 3 : 7 * i + 7]
+        qd[7 * i + 3 : 7 * i + 7] -= (qd[7 * i + 3 : 7 * i + 7] @ q[7 * i + 3 : 7 * i + 7]) * q[
+            7 * i + 3 : 7 * i + 7
+        ]
         q, qd = jnp.asarray(q), jnp.asarray(qd)
         rows = rims.contact_rows(tree, 0.0, q, qd)
         R, p = (np.asarray(x) for x in frame(q))
@@ -314,15 +357,25 @@ def test_a_rims_rows_equal_automatic_differentiation(scene):
         for k in range(2):
             e1 = np.cross(a[:, k], [0.3, 0.5, 0.7])
             e1 /= np.linalg.norm(e1)
-            ring = p + R @ np.asarray(rims.centres[k]) + float(rims.radii[k]) * (
-                np.cos(phi)[:, None] * e1 + np.sin(phi)[:, None] * np.cross(a[:, k], e1)
+            ring = (
+                p
+                + R @ np.asarray(rims.centres[k])
+                + float(rims.radii[k])
+                * (np.cos(phi)[:, None] * e1 + np.sin(phi)[:, None] * np.cross(a[:, k], e1))
             )
             np.testing.assert_allclose(float(rows.normal.phi[k]), np.min(ring @ n[k]) - d[k], atol=1e-8)
         normal = holonomic_rows(gap, 0.0, q, qd)
         v, rate = _time_derivative(slip, jnp.asarray(0.0), q, qd)
-        At = jax.jacfwd(lambda qd: slip(0.0, q, qd))(qd)
+        At = jax.jacfwd(lambda qd, q=q: slip(0.0, q, qd))(qd)
         for got, want in (
-            (rows.normal.phi, normal.phi), (rows.normal.phid, normal.phid), (rows.normal.A, normal.A),
-            (rows.normal.b, normal.b), (rows.tangent.phid, v), (rows.tangent.A, At), (rows.tangent.b, -rate),
+            (rows.normal.phi, normal.phi),
+            (rows.normal.phid, normal.phid),
+            (rows.normal.A, normal.A),
+            (rows.normal.b, normal.b),
+            (rows.tangent.phid, v),
+            (rows.tangent.A, At),
+            (rows.tangent.b, -rate),
         ):
-            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-11, atol=1e-11 * np.abs(want).max())
+            np.testing.assert_allclose(
+                np.asarray(got), np.asarray(want), rtol=1e-11, atol=1e-11 * np.abs(want).max()
+            )

@@ -11,7 +11,6 @@ from .rings import RingContacts
 from .shapes import SHAPES
 from .tree import RigidBodyTree
 
-
 # a box's corners in units of its half sizes, and its twelve edges as pairs of corners
 _CORNERS = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=float)
 _EDGES = np.array([(i, j) for i in range(8) for j in range(i + 1, 8) if np.sum(_CORNERS[i] != _CORNERS[j]) == 1])

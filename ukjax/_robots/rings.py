@@ -9,7 +9,7 @@ from jaxtyping import Array, Float
 from .._animate import Sketch
 from .._arrays import as_inexact
 from .._constraints import ConstraintRows
-from .._unilateral import AbstractUnilateral, ContactRows, _per_contact, norm, unit
+from .._unilateral import AbstractUnilateral, ContactRows, _per_contact, unit
 from . import algorithms
 from .contacts import _check_shapes, tangent_basis
 from .equalities import tree_of
@@ -59,7 +59,18 @@ class RingContacts(AbstractUnilateral):
     names: tuple[str, ...] = eqx.field(static=True)
 
     def __init__(
-        self, system, bodies, centres, axes, radii, tubes, normals, offsets, friction, restitution=0.0, names=None
+        self,
+        system,
+        bodies,
+        centres,
+        axes,
+        radii,
+        tubes,
+        normals,
+        offsets,
+        friction,
+        restitution=0.0,
+        names=None,
     ):
         tree = tree_of(system)
         self.bodies = tuple(bodies)
@@ -73,7 +84,9 @@ class RingContacts(AbstractUnilateral):
         self.offsets = as_inexact(offsets)
         _check_shapes(self, k, centres=(3,), axes=(3,), radii=(), tubes=(), normals=(3,), offsets=())
         self.friction, self.restitution = as_inexact(friction), as_inexact(restitution)
-        self.names = tuple(names) if names is not None else tuple(f"{body}[{i}]" for i, body in enumerate(self.bodies))
+        self.names = (
+            tuple(names) if names is not None else tuple(f"{body}[{i}]" for i, body in enumerate(self.bodies))
+        )
 
     def _lowest(self, a: Float[Array, "k 3"], a_rate: Float[Array, "k 3"], n: Float[Array, "k 3"]):
         """The unit direction `u` in each ring's plane toward its highest point (the lowest is
@@ -107,7 +120,9 @@ class RingContacts(AbstractUnilateral):
         running = -R * (u_rate - jnp.cross(m.omega, u)) + r * jnp.cross(m.omega, n)
         rate = bias + jnp.cross(m.omega, running)
         A = algorithms.directional_rows(kin.twists, m.moves, p, n[:, None])[:, 0]
-        gap = _dot(n, m.x) - self.radii.astype(q.dtype) * _dot(n, u) - self.tubes.astype(q.dtype) - self.offsets
+        gap = (
+            _dot(n, m.x) - self.radii.astype(q.dtype) * _dot(n, u) - self.tubes.astype(q.dtype) - self.offsets
+        )
         normal = ConstraintRows(A, -_dot(n, rate), gap, A @ qd)
         T = tangent_basis(n)
         At = algorithms.directional_rows(kin.twists, m.moves, p, T).reshape(-1, q.shape[0])

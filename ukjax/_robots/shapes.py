@@ -8,7 +8,6 @@ from jaxtyping import Array, Float
 
 from .._unilateral import norm, unit
 
-
 SHAPES = ("plane", "sphere", "capsule", "box", "cylinder")
 
 
