@@ -269,7 +269,7 @@ def test_bad_shape_and_segment_contacts_are_refused():
     )
     ShapeContacts(tree, **good)
     for change, match in (
-        (dict(kinds=["cylinder"]), "kinds must be among"),
+        (dict(kinds=["ellipsoid"]), "kinds must be among"),
         (dict(shape_bodies=["nowhere"]), "No body named 'nowhere'"),
         (dict(shape_bodies=["world", "world"]), "one shape body and one kind per sphere"),
         (dict(rotations=np.eye(3)), r"rotations must have shape \(1, 3, 3\)"),

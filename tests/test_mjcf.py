@@ -389,7 +389,7 @@ def test_unsupported_features_named_in_one_warning():
         '<site name="tip" pos="0 0 0.08"/>', '<site name="tip" pos="0 0 0.08"/><geom size="0.02"/>'
     )
     xml = xml.replace(
-        '<inertial pos="0 0 0" mass="0.4"', '<geom type="cylinder" size="0.02 0.02"/><inertial pos="0 0 0" mass="0.4"'
+        '<inertial pos="0 0 0" mass="0.4"', '<geom type="ellipsoid" size="0.02 0.02 0.03"/><inertial pos="0 0 0" mass="0.4"'
     )
     xml = xml.replace(
         "</worldbody>",
@@ -400,10 +400,10 @@ def test_unsupported_features_named_in_one_warning():
         model = models.from_mjcf(xml)
     assert len(caught) == 1
     message = str(caught[0].message)
-    # a sphere and a cylinder on moving bodies: a pair the unilateral constraints do not model
+    # a sphere and an ellipsoid on moving bodies: a pair the unilateral constraints do not model
     # (yet), named; the limit on j6 is modelled (model.unilateral), and so is the position actuator
     assert (
-        "contacts other than those of planes, spheres, capsules and boxes (1 geom pairs" in message
+        "contacts other than those of planes, spheres, capsules, boxes and cylinders (1 geom pairs" in message
         and "limit" not in message
         and "actuator" not in message
     )
