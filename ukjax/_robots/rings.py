@@ -11,14 +11,9 @@ from .._arrays import as_inexact
 from .._constraints import ConstraintRows
 from .._unilateral import AbstractUnilateral, ContactRows, _per_contact, unit
 from . import algorithms
-from .contacts import _check_shapes, tangent_basis
+from .contacts import _check_shapes, _dot, tangent_basis
 from .equalities import tree_of
 from .spatial import mv
-
-
-def _dot(x, y):
-    """`x · y` along the last axis."""
-    return jnp.sum(x * y, axis=-1)
 
 
 class RingContacts(AbstractUnilateral):
@@ -93,10 +88,10 @@ class RingContacts(AbstractUnilateral):
         `c − R u`; zero where the ring lies flat), and its rate as the axis turns at `ȧ`."""
 
         def up(a):
-            # flat on the plane every point of the ring is lowest, and `u` is zero: the rows
-            # at the ring's centre, inside the face that touches (the corner's mean row)
             # n − (n · a) a as a × (n × a): the difference loses the direction to round-off
-            # as the ring nears flat (a relative error eps / sin θ), the products do not
+            # as the ring nears flat (a relative error eps / sin θ), the products do not.
+            # Flat on the plane every point of the ring is lowest and `u` is zero: the rows
+            # at the ring's centre, inside the face that touches
             return unit(jnp.cross(a, jnp.cross(n, a)))
 
         return jax.jvp(up, (a,), (a_rate,))
