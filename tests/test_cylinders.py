@@ -383,3 +383,21 @@ def test_a_rims_rows_equal_automatic_differentiation(scene):
             np.testing.assert_allclose(
                 np.asarray(got), np.asarray(want), rtol=1e-11, atol=1e-11 * np.abs(want).max()
             )
+
+
+def test_bad_rings_are_refused(scene):
+    """An unknown body, a zero axis or normal, and shapes that do not match are said."""
+    model, _ = scene
+    good = dict(
+        bodies=["can"], centres=np.zeros((1, 3)), axes=np.eye(3)[2:], radii=np.ones(1), tubes=np.zeros(1),
+        normals=np.eye(3)[2:], offsets=np.zeros(1), friction=0.5,
+    )
+    RingContacts(model.system, **good)
+    for change, match in (
+        (dict(bodies=["nowhere"]), "No body named 'nowhere'"),
+        (dict(axes=np.zeros((1, 3))), "nonzero vectors"),
+        (dict(normals=np.zeros((1, 3))), "nonzero vectors"),
+        (dict(radii=np.ones(2)), r"radii must have shape \(1,\)"),
+    ):
+        with pytest.raises((ValueError, KeyError), match=match):
+            RingContacts(model.system, **{**good, **change})

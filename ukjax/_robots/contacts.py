@@ -210,12 +210,13 @@ def _coefficients(contacts, pick) -> tuple[Array, Array]:
 
 class ShapeContacts(AbstractUnilateral):
     """Spheres fixed to bodies of a tree against primitive shapes (a plane, a sphere, a capsule,
-    a box or a cylinder) fixed to other bodies or to the world: `g` is the sphere centre's signed distance
-    to the shape minus the sphere's radius, `g ≥ 0`, with Coulomb friction on the relative
-    velocity of the two bodies at the touching point. A box's corners (radius 0) and a
+    a box or a cylinder) fixed to other bodies or to the world: `g` is the sphere centre's
+    signed distance to the shape minus the sphere's radius, `g ≥ 0`, with Coulomb friction on
+    the relative velocity of the two bodies at the touching point. A box's corners (radius 0) and a
     capsule's end spheres make the contacts of boxes and capsules with each other. The rows
     are in closed form from the bodies' motion, exact in a box's face, edge and corner regions
-    and a cylinder's side, rims and caps alike and while the touching point moves over both surfaces (rolling).
+    and a cylinder's side, rims and caps alike, and while the touching point moves over both
+    surfaces (rolling).
 
     **Arguments:**
 

@@ -4,6 +4,7 @@ tread) touching a floor at their lowest points, rows in closed form."""
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from .._animate import Sketch
@@ -74,6 +75,9 @@ class RingContacts(AbstractUnilateral):
         k = len(self.bodies)
         self.centres, self.radii, self.tubes = as_inexact(centres), as_inexact(radii), as_inexact(tubes)
         axes, normals = as_inexact(axes), as_inexact(normals)
+        given = [np.asarray(x) for x in (axes, normals) if not isinstance(x, jax.core.Tracer)]
+        if not all(np.all(np.linalg.norm(x.reshape(-1, x.shape[-1]), axis=-1) > 0) for x in given if x.ndim):
+            raise ValueError("RingContacts axes and normals must be nonzero vectors (they are made unit).")
         self.axes = axes / jnp.linalg.norm(axes, axis=-1, keepdims=True)
         self.normals = normals / jnp.linalg.norm(normals, axis=-1, keepdims=True)
         self.offsets = as_inexact(offsets)
