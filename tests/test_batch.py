@@ -67,6 +67,11 @@ SHARDED = textwrap.dedent(
         np.testing.assert_array_equal(sol.status, ref.status)
         np.testing.assert_allclose(sol.q, ref.q, rtol=0, atol=1e-12)
         np.testing.assert_allclose(sol.phi, ref.phi, rtol=0, atol=1e-12)
+    # one member a device (run without vmap): the first four members over the four devices
+    first = eqx.tree_at(lambda s: s.system.masses, system, masses[:4])
+    sol = ukjax.simulate_batch(first, q0[:4], qd0[:4], 0.0, 1.0, ts=ts, system_axes=axes, **FIXED)
+    np.testing.assert_array_equal(sol.status, ref.status[:4])
+    np.testing.assert_allclose(sol.q, ref.q[:4], rtol=0, atol=1e-12)
     # one device taking its members two at a time (as a large batch on CPU is taken in chunks
     # that fit the cache): 7 members padded to 8, the masses mapped with their members
     ukjax._batch._CHUNK_BYTES = 2 * 8 * 5 * 5

@@ -65,13 +65,24 @@ def _chunk(per_device: int, n: int, dtype, platform: str) -> int:
     return -(-per_device // -(-per_device // largest))
 
 
-def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh, chunk):
+def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh, chunk, size, cut):
+    # Padded, moved and (`cut`) cut back inside the program: each eager operation on the batch
+    # costs as much as some hundred steps of a small robot.
+    arrays = jax.tree.map(
+        lambda x, axis: x if axis is None else _pad(jnp.moveaxis(x, axis, 0), size),
+        arrays,
+        axes,
+        is_leaf=_absent,
+    )
+    axes = jax.tree.map(lambda axis: None if axis is None else 0, axes, is_leaf=_absent)
+    q0, qd0 = _pad(q0, size), _pad(qd0.astype(q0.dtype), size)
+
     def local(arrays, q0, qd0, times, numeric):
         def one(arrays, q0, qd0):
             system = eqx.combine(arrays, static)
             return simulate(system, q0, qd0, *times, throw=False, **numeric, **options)
 
-        if chunk == q0.shape[0]:
+        if 1 < chunk == q0.shape[0]:
             return jax.vmap(one, in_axes=(axes, 0, 0))(arrays, q0, qd0)
         # the members' own leaves are mapped over, the shared ones closed over
         own = jax.tree.map(lambda x, axis: None if axis is None else x, arrays, axes, is_leaf=_absent)
@@ -81,8 +92,8 @@ def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh, chunk):
             own, q0, qd0 = inputs
             return one(eqx.combine(own, shared), q0, qd0)
 
-        # one at a time without `vmap`: mapped over a batch of one, every loop of the
-        # program carries the batched loops' selects. Measured on 2 cores, 16 members:
+        # one at a time without `vmap` (a device's one member too): mapped over a batch of
+        # one, every loop of the program carries the batched loops' selects. Measured on 2 cores, 16 members:
         # contacts.xml compiles in 9.9 s against 13.3-13.9 s and runs 3 % slower; the bouncing
         # ball in 6.9 s against 10.3-10.7 s, its run 15 % slower with 2 saves, as fast with
         # 25 001.
@@ -100,7 +111,8 @@ def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh, chunk):
         out_specs=PartitionSpec(_AXIS),
         check_vma=False,
     )
-    return sharded(arrays, q0, qd0, times, numeric)
+    solution = sharded(arrays, q0, qd0, times, numeric)
+    return solution if cut is None else jax.tree.map(lambda x: x[:cut], solution)
 
 
 # the program of a batch, compiled as its route needs (`_jit.compiler_options`)
@@ -153,7 +165,6 @@ def simulate_batch(
         if name in simulate_kwargs:
             raise TypeError(f"simulate_batch takes no {name}: each member's outcome is in Solution.status.")
     q0, qd0 = check_state(system, q0, qd0, batch=True)
-    qd0 = qd0.astype(q0.dtype)
     devices = tuple(jax.devices() if devices is None else devices)
     if not devices:
         raise ValueError("devices must name at least one device.")
@@ -162,18 +173,13 @@ def simulate_batch(
     arrays, static = eqx.partition(system, eqx.is_array)
     axes = _leaf_axes(arrays, system_axes)
 
-    def to_front(x, axis):
-        if axis is None:
-            return x
-        x = jnp.moveaxis(x, axis, 0)
-        if x.shape[0] != batch:
+    def check_axis(x, axis):
+        if axis is not None and x.shape[axis] != batch:
             raise ValueError(
-                f"A system leaf batched by system_axes has {x.shape[0]} members; q0 has {batch}."
+                f"A system leaf batched by system_axes has {x.shape[axis]} members; q0 has {batch}."
             )
-        return x
 
-    arrays = jax.tree.map(to_front, arrays, axes, is_leaf=_absent)
-    axes = jax.tree.map(lambda axis: None if axis is None else 0, axes, is_leaf=_absent)
+    jax.tree.map(check_axis, arrays, axes, is_leaf=_absent)
     per_device = -(-batch // len(devices))
     shared = not any(axis is not None for axis in jax.tree.leaves(axes, is_leaf=_absent))
     if devices[0].platform == "cpu" and compiled(q0.dtype, "cpu") and unilaterals(system):
@@ -189,7 +195,6 @@ def simulate_batch(
     else:
         chunk = _chunk(per_device, q0.shape[1], q0.dtype, devices[0].platform)
     size = -(-per_device // chunk) * chunk * len(devices)
-    arrays = jax.tree.map(lambda x, axis: x if axis is None else _pad(x, size), arrays, axes, is_leaf=_absent)
     times = (jnp.asarray(t0, q0.dtype), jnp.asarray(t1, q0.dtype))
     numeric = {
         k: jnp.asarray(v, q0.dtype) for k, v in simulate_kwargs.items() if k in _NUMERIC and v is not None
@@ -197,8 +202,12 @@ def simulate_batch(
     options = {k: v for k, v in simulate_kwargs.items() if k not in numeric}
     mesh = Mesh(np.array(devices), (_AXIS,))
     run = _RUNS[bool(unilaterals(system))]
-    solution = run(arrays, static, axes, _pad(q0, size), _pad(qd0, size), times, numeric, options, mesh, chunk)
-    solution = jax.tree.map(lambda x: x[:batch], solution)
+    # Cut back to the batch in the program within one process; across processes outside it,
+    # where each process keeps its own members (a cut program would gather them all).
+    cut = batch if jax.process_count() == 1 else None
+    solution = run(arrays, static, axes, q0, qd0, times, numeric, options, mesh, chunk, size, cut)
+    if cut is None:
+        solution = jax.tree.map(lambda x: x[:batch], solution)
     # the deepest contacts named where the members share one system
     named = (system, t0, q0, qd0) if shared else ()
     warn_if_started_inside(solution, simulate_kwargs.get("atol", DEFAULT_TOL), *named)

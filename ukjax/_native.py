@@ -28,9 +28,10 @@ import jax
 
 _SOURCES = (Path(__file__).with_name("_robots") / "kernels.cc",)
 _HEADER = Path(__file__).with_name("_contact_solve.h")  # included by kernels.cc
-# `C` in kernels.cc: a batch is padded to a multiple. One state runs on a build of one lane: on
-# Cassie 36 µs against 168 for a padded chunk (eight states: 237 µs one by one, 174 as a chunk).
+# `C` and `TAIL` in kernels.cc: a batch runs in chunks of `LANES` states, what is left in chunks
+# of `TAIL`, to which it is padded. One state runs on a build of one lane (`benchmarks/kernel_layouts.py`).
 LANES = 32
+TAIL = 8
 CONTACT_SOLVE = "ukjax_contact_solve"
 # a tree's acceleration with its limits and plane contacts in given modes (`kernels.in_modes`)
 TREE_CONTACTS = "ukjax_tree_contacts"

@@ -12,8 +12,8 @@
 //
 // One source, three builds, all computing a member with `solve<T>` (or `dynamics<T>`: M and Q alone, with
 // the kinematics and motion behind them; or, T a double, `tree_contacts` or `ContactSolve`):
-// - for a CPU, chunks of C lanes (`UKJAX_LANES`): T is `L`, C states side by side, a loop the
-//   compiler vectorizes;
+// - for a CPU, chunks of C lanes (`UKJAX_LANES`), the rest in chunks of TAIL: T is `Lanes<C>`
+//   (`Lanes<TAIL>`), C (TAIL) states side by side, a loop the compiler vectorizes;
 // - for a CPU, one lane: T is `double`, the members one after another, each with its work space
 //   laid out as on a GPU (`Carver`, `slices`), so that the CPU's tests run the GPU's code and
 //   layout;
@@ -31,12 +31,14 @@
 
 namespace ffi = xla::ffi;
 
-// lanes per chunk: 8, 16, 32, 64 gave 8.9, 6.3, 4.5, 5.0 µs per Cassie solve; built with 1 too,
-// for one state at a time
+// Lanes per chunk: a batch runs in chunks of `C` lanes, and what is left in chunks of `TAIL`
+// (`members`), so that a small batch is padded to a multiple of `TAIL`, not of `C`
+// (`benchmarks/arm_batches.py`). `C` 1 is the build for one state at a time.
 #ifndef UKJAX_LANES
 #define UKJAX_LANES 32
 #endif
 constexpr int C = UKJAX_LANES;
+constexpr int TAIL = C < 8 ? C : 8;
 
 // the scalar operations the algorithm needs, on one double ...
 HD double lsin(double a) { return ::sin(a); }
@@ -49,45 +51,50 @@ HD double unhealthy(double d) { return d > 0 && d < INFINITY ? 0.0 : 1.0; }
 HD void load(double& x, const double* p, int64_t member, int64_t width, int64_t k) { x = p[member * width + k]; }
 HD void store(double x, double* p, int64_t member, int64_t width, int64_t k) { p[member * width + k] = x; }
 
-// ... and on C lanes
-struct L {
-  double x[C];
-  L() = default;
-  L(double a) {
-    for (int l = 0; l < C; ++l) x[l] = a;
+// ... and on W lanes, W states side by side, a loop the compiler vectorizes. The operations are
+// friends defined in the class: functions, not templates, so that a double converts to lanes in
+// them (`x + 1.0`) as it would to a double.
+template <int W>
+struct Lanes {
+  double x[W];
+  Lanes() = default;
+  Lanes(double a) {
+    for (int l = 0; l < W; ++l) x[l] = a;
+  }
+#define LANEWISE(expression)                       \
+  Lanes r;                                         \
+  for (int l = 0; l < W; ++l) r.x[l] = expression; \
+  return r
+  friend Lanes operator+(const Lanes& a, const Lanes& b) { LANEWISE(a.x[l] + b.x[l]); }
+  friend Lanes operator-(const Lanes& a, const Lanes& b) { LANEWISE(a.x[l] - b.x[l]); }
+  friend Lanes operator*(const Lanes& a, const Lanes& b) { LANEWISE(a.x[l] * b.x[l]); }
+  friend Lanes operator*(double a, const Lanes& b) { LANEWISE(a * b.x[l]); }
+  friend Lanes operator/(const Lanes& a, const Lanes& b) { LANEWISE(a.x[l] / b.x[l]); }
+  friend Lanes& operator+=(Lanes& a, const Lanes& b) {
+    for (int l = 0; l < W; ++l) a.x[l] += b.x[l];
+    return a;
+  }
+  friend Lanes& operator-=(Lanes& a, const Lanes& b) {
+    for (int l = 0; l < W; ++l) a.x[l] -= b.x[l];
+    return a;
+  }
+  friend Lanes lsin(const Lanes& a) { LANEWISE(std::sin(a.x[l])); }
+  friend Lanes lcos(const Lanes& a) { LANEWISE(std::cos(a.x[l])); }
+  friend Lanes lsqrt(const Lanes& a) { LANEWISE(std::sqrt(a.x[l])); }
+  friend Lanes lmax(const Lanes& a, const Lanes& b) { LANEWISE(std::fmax(a.x[l], b.x[l])); }
+  friend Lanes select_gt(const Lanes& a, const Lanes& b, const Lanes& x, const Lanes& y) {
+    LANEWISE(a.x[l] > b.x[l] ? x.x[l] : y.x[l]);
+  }
+  friend Lanes unhealthy(const Lanes& d) { LANEWISE(::unhealthy(d.x[l])); }
+#undef LANEWISE
+  // a chunk's lanes are the members from `member` on
+  friend void load(Lanes& x, const double* p, int64_t member, int64_t width, int64_t k) {
+    for (int l = 0; l < W; ++l) x.x[l] = p[(member + l) * width + k];
+  }
+  friend void store(const Lanes& x, double* p, int64_t member, int64_t width, int64_t k) {
+    for (int l = 0; l < W; ++l) p[(member + l) * width + k] = x.x[l];
   }
 };
-#define LANEWISE(expression) \
-  L r;                       \
-  for (int l = 0; l < C; ++l) r.x[l] = expression;  \
-  return r
-inline L operator+(const L& a, const L& b) { LANEWISE(a.x[l] + b.x[l]); }
-inline L operator-(const L& a, const L& b) { LANEWISE(a.x[l] - b.x[l]); }
-inline L operator*(const L& a, const L& b) { LANEWISE(a.x[l] * b.x[l]); }
-inline L operator*(double a, const L& b) { LANEWISE(a * b.x[l]); }
-inline L operator/(const L& a, const L& b) { LANEWISE(a.x[l] / b.x[l]); }
-inline L& operator+=(L& a, const L& b) {
-  for (int l = 0; l < C; ++l) a.x[l] += b.x[l];
-  return a;
-}
-inline L& operator-=(L& a, const L& b) {
-  for (int l = 0; l < C; ++l) a.x[l] -= b.x[l];
-  return a;
-}
-inline L lsin(const L& a) { LANEWISE(std::sin(a.x[l])); }
-inline L lcos(const L& a) { LANEWISE(std::cos(a.x[l])); }
-inline L lsqrt(const L& a) { LANEWISE(std::sqrt(a.x[l])); }
-inline L lmax(const L& a, const L& b) { LANEWISE(std::fmax(a.x[l], b.x[l])); }
-inline L select_gt(const L& a, const L& b, const L& x, const L& y) { LANEWISE(a.x[l] > b.x[l] ? x.x[l] : y.x[l]); }
-inline L unhealthy(const L& d) { LANEWISE(unhealthy(d.x[l])); }
-#undef LANEWISE
-// a chunk's lanes are the members from `member` on
-inline void load(L& x, const double* p, int64_t member, int64_t width, int64_t k) {
-  for (int l = 0; l < C; ++l) x.x[l] = p[(member + l) * width + k];
-}
-inline void store(const L& x, double* p, int64_t member, int64_t width, int64_t k) {
-  for (int l = 0; l < C; ++l) p[(member + l) * width + k] = x.x[l];
-}
 
 template <class T>
 struct V3 {
@@ -1155,20 +1162,27 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UkContactSolveCuda, UkContactSolveCudaImpl,
 
 // `each(work, own, member)` for every member of the batch: a chunk of lanes at a time in one
 // work space, or (one lane) the members one after another, in the GPU's layout and slices or,
-// not `tiles`, in one compact work space, with `extra` bytes of their own at `own`
+// not `tiles` or one member, in one compact work space, with `extra` bytes of their own at `own`
 template <class Each>
 static ffi::Error members(const Args& a, int64_t B, int64_t space, Each each, size_t extra = 0, bool tiles = true) {
-  if (B % C) return ffi::Error::InvalidArgument("the batch must be a multiple of the lanes per chunk");
+  if (B % TAIL) return ffi::Error::InvalidArgument("the batch must be a multiple of the lanes per chunk");
   // kept by each thread from one call to the next: a simulation calls for one state at a time
   static thread_local std::vector<double> memory;
   if constexpr (C > 1) {
-    Carver sizing{nullptr, 1, 0};
-    Work<L>(sizing, a);
-    memory.resize(sizing.used / sizeof(double) + sizeof(L) / sizeof(double));
-    Carver carver{reinterpret_cast<char*>(memory.data()), 1, 0};
-    Work<L> work(carver, a);
-    for (int64_t b0 = 0; b0 < B; b0 += C) each(work, nullptr, b0);
-  } else if (tiles) {
+    // the chunks of C lanes, then of TAIL, each width in a work space of its own
+    int64_t b0 = 0;
+    auto chunks = [&](auto lanes, int64_t width, int64_t end) {
+      using T = decltype(lanes);
+      Carver sizing{nullptr, 1, 0};
+      Work<T>(sizing, a);
+      memory.resize(sizing.used / sizeof(double) + sizeof(T) / sizeof(double));
+      Carver carver{reinterpret_cast<char*>(memory.data()), 1, 0};
+      Work<T> work(carver, a);
+      for (; b0 + width <= end; b0 += width) each(work, nullptr, b0);
+    };
+    chunks(Lanes<C>(), C, B);
+    if constexpr (TAIL < C) chunks(Lanes<TAIL>(), TAIL, B);
+  } else if (tiles && B > 1) {  // one state: its values side by side, not a tile apart
     const Slices plan = slices(a, B, space, extra);
     memory.resize(plan.bytes / sizeof(double) + 1);
     char* base = reinterpret_cast<char*>(memory.data());

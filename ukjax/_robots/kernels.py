@@ -34,7 +34,7 @@ from .._constraints import AbstractConstraint, Baumgarte, stack_rows
 from .._core import UKSolution
 from .._linalg import WELL_CONDITIONED, negligible, rank_tolerance
 from .._narrow import solve_in
-from .._native import LANES, SPACE, TREE_CONTACTS, built_for, dynamics_target, enabled, tree_target
+from .._native import LANES, SPACE, TAIL, TREE_CONTACTS, built_for, dynamics_target, enabled, tree_target
 from .._systems import AbstractSystem, ConstrainedSystem, Forced
 from .._unilateral import (
     PIVOT_FLOOR,
@@ -237,9 +237,10 @@ def _call(parts: Parts, q: Float[Array, "B n"], qd: Float[Array, "B n"], outside
     """The kernel on `B` states, the batch first as `vmap` holds it, handed `outside = (F, A,
     b)`, shapes (B, n), (B, r, n), (B, r), as `_outside` gives them under `vmap` (default:
     nothing): `(q̈, constraint force)`, (B, n) each, and `(inconsistency, mass fault)`, (B, 2).
-    `lanes` picks the build: by default chunks of `LANES` for a batch on a CPU, else the build
-    of one lane, which on a CPU runs the members one by one in the GPU's layout; `space` bounds
-    that build's work space in bytes (the batch runs in slices that fit)."""
+    `lanes` picks the build: by default chunks of `LANES` (the rest in chunks of `TAIL`) for a
+    batch on a CPU, else the build of one lane, which on a CPU runs the members one by one in
+    the GPU's layout (one state in a compact one); `space` bounds that build's work space in
+    bytes (the batch runs in slices that fit)."""
     B, n = q.shape
     shapes = ((n,), (n,), (2,))
     return _ffi(tree_target, shapes, parts, q, qd, outside, lanes, space)
@@ -265,7 +266,8 @@ def _ffi(target, shapes, parts: Parts, q, qd, outside, lanes, space, extra=(), *
         outside = (jnp.zeros_like(q), jnp.zeros((B, 0, n), q.dtype), jnp.zeros((B, 0), q.dtype))
     if lanes is None:
         lanes = LANES if B > 1 and jax.default_backend() == "cpu" else 1
-    size = -(-B // lanes) * lanes
+    multiple = TAIL if lanes > 1 else 1
+    size = -(-B // multiple) * multiple
     q, qd, *outside = (jnp.concatenate([x, jnp.repeat(x[-1:], size - B, 0)]) for x in (q, qd, *outside))
     tree, connects = parts.tree, parts.connects
     anchors = [jnp.stack([c.anchor1, c.anchor2]) for c in connects]
