@@ -42,7 +42,7 @@ if typing.TYPE_CHECKING:
     )
     from ._simulate import simulate as simulate
     from ._solution import ContactRecord as ContactRecord, Solution as Solution, Status as Status
-    from ._stepping import RK4 as RK4, stiff_solver as stiff_solver
+    from ._solvers import RK4 as RK4, stiff_solver as stiff_solver
     from ._statistics import LeastSquaresResult as LeastSquaresResult
     from ._systems import (
         AbstractSystem as AbstractSystem,

@@ -14,8 +14,9 @@ from ._events import simulate_events, warn_if_started_inside
 from ._jit import jit
 from ._projection import drift_step
 from ._solution import HEALTH, MESSAGES, Solution, Status, at_saves, final_status
+from ._solvers import RK4
 from ._stability import warn_if_unstable
-from ._stepping import RK4, Projecting, StopAtFault, integrate, loop_kind, save_rows
+from ._stepping import Projecting, StopAtFault, integrate, loop_kind, save_rows
 from ._systems import AbstractSystem, check_state
 from ._unilateral import check_coefficients, unilaterals
 

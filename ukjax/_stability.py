@@ -13,12 +13,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Complex, Float
 
+from ._solvers import RK4
+
 
 def stability_function(solver: diffrax.AbstractSolver) -> Callable[[complex], complex] | None:
     """`R(z) = 1 + z bᵀ(I − zA)⁻¹𝟙` of an explicit Runge–Kutta solver (None for others)."""
-    tableau = getattr(solver, "tableau", None)
-    if not isinstance(solver, diffrax.AbstractERK) or tableau is None:
+    if not isinstance(solver, (diffrax.AbstractERK, RK4)):
         return None
+    tableau = solver.tableau
     rows = [np.zeros(0)] + [np.asarray(a) for a in tableau.a_lower]
     b = np.asarray(tableau.b_sol)
 

@@ -1,5 +1,6 @@
-"""What a simulation steps with: its solvers, the vector field they integrate, and the step-size
-controllers that end a run at a fault and keep a step from crossing a contact unseen."""
+"""What a simulation steps with: the vector field its solver integrates, the step-size
+controllers that end a run at a fault and keep a step from crossing a contact unseen, and the
+loop that takes the steps."""
 
 from collections.abc import Callable
 from typing import ClassVar
@@ -19,39 +20,6 @@ from ._robots import kernels
 from ._solution import FATAL, HEALTH
 from ._systems import contact_level, solve_levels
 from ._unilateral import ContactSolution, ContactState, contact_state, sliding_now
-
-
-def stiff_solver(rtol: float = 1e-8, atol: float = 1e-8) -> diffrax.AbstractSolver:
-    """The solver for stiff problems (large Baumgarte gains): `Kvaerno5` with a Newton root
-    finder. Implicit solvers only pay off with Newton; with diffrax's default chord iteration
-    they take as many steps as an explicit solver.
-
-    **Arguments:**
-
-    - `rtol`, `atol`: tolerances of the Newton iteration.
-
-    **Returns:**
-
-    A diffrax solver to pass as `simulate(..., solver=...)`.
-    """
-    return diffrax.Kvaerno5(root_finder=optx.Newton(rtol=rtol, atol=atol))
-
-
-class RK4(diffrax.AbstractERK):
-    """The classic fourth-order Runge–Kutta method (MATLAB's `ode4`), for fixed steps
-    (`simulate(..., solver=ukjax.RK4(), adaptive=False, dt0=h)`): it has no error estimate.
-    """
-
-    tableau: ClassVar[diffrax.ButcherTableau] = diffrax.ButcherTableau(
-        c=np.array([0.5, 0.5, 1.0]),
-        b_sol=np.array([1 / 6, 1 / 3, 1 / 3, 1 / 6]),
-        b_error=np.zeros(4),
-        a_lower=(np.array([0.5]), np.array([0.0, 0.5]), np.array([0.0, 0.0, 1.0])),
-    )
-    interpolation_cls: ClassVar[Callable] = diffrax.ThirdOrderHermitePolynomialInterpolation.from_k
-
-    def order(self, terms):
-        return 4
 
 
 @jax.custom_jvp
