@@ -169,6 +169,8 @@ def simulate_batch(
     if not devices:
         raise ValueError("devices must name at least one device.")
     batch = q0.shape[0]
+    # no more devices than members: a device of padding only would cost its copy of the system
+    devices = devices[:batch]
 
     arrays, static = eqx.partition(system, eqx.is_array)
     axes = _leaf_axes(arrays, system_axes)

@@ -69,7 +69,8 @@ def _rates(s, q, qd, args):
         sol, contacts, state = solve_in_modes(system, t, q, qd, modes, rest)
     # Results follow the state's dtype even where the model's parameters are wider.
     qdd = sol.acceleration.astype(qd.dtype)
-    nonfinite = ~(jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)))
+    # one reduction, not three: each is an operation of its own in every stage
+    nonfinite = ~jnp.all(jnp.isfinite(jnp.concatenate([qdd, q.astype(qd.dtype), qd])))
     faults = jnp.stack([~sol.mass_ok, ~sol.rank_ok, nonfinite, sol.inconsistency > sqrt_eps(qd)])
     # A finite stand-in where no acceleration exists: the step controller then shrinks the
     # step onto the fault (the indicator jumps there) and `StopAtFault` ends the solve,

@@ -5,6 +5,7 @@ from collections.abc import Callable
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .._arrays import as_inexact
@@ -91,15 +92,35 @@ class Actuators(eqx.Module):
         ctrl = jnp.asarray(ctrl, q.dtype)
         if ctrl.shape != self.gear.shape:
             raise ValueError(f"The controls must have shape {self.gear.shape}, one per actuator; got {ctrl.shape}.")
-        moments = self.moments(tree, q)
-        length, velocity = moments @ q, moments @ qd
+        # A joint's actuator moves one coordinate: its length and its force are gathered and
+        # scattered there, not carried by a matrix product (an operation of its own in every
+        # evaluation, three of a small arm's dozen between its kernel's calls).
+        joint = np.array([kind == "joint" for kind, _ in self.targets], bool)
+        at = np.array([index if kind == "joint" else 0 for kind, index in self.targets], int)
+        tendons = self.moments(tree, q) * ~joint[:, None] if not joint.all() else None
+
+        def along(x):
+            own = self.gear * x[at]
+            return own if tendons is None else jnp.where(joint, own, tendons @ x)
+
+        length, velocity = along(q), along(qd)
         limited = jnp.array(self.ctrl_limited, bool)
         ctrl = jnp.where(limited, jnp.clip(ctrl, self.ctrlrange[:, 0], self.ctrlrange[:, 1]), ctrl)
         g, b = self.gain, self.bias
         force = (g[:, 0] + g[:, 1] * length + g[:, 2] * velocity) * ctrl + b[:, 0] + b[:, 1] * length + b[:, 2] * velocity
         limited = jnp.array(self.force_limited, bool)
         force = jnp.where(limited, jnp.clip(force, self.forcerange[:, 0], self.forcerange[:, 1]), force)
-        return moments.T @ force
+        own = jnp.where(joint, self.gear * force, 0.0)
+        coordinates = at[joint]
+        if len(set(coordinates.tolist())) == coordinates.size:
+            # each coordinate driven by one joint actuator at most: its force gathered from the
+            # actuators' (the last entry a zero), which fuses with what surrounds it
+            driver = np.full(q.shape[0], len(at), int)
+            driver[coordinates] = np.flatnonzero(joint)
+            applied = jnp.append(own, 0.0)[driver]
+        else:
+            applied = jnp.zeros_like(q).at[at].add(own)
+        return applied if tendons is None else applied + tendons.T @ force
 
 
 class Actuated(AbstractSystem):
