@@ -497,9 +497,14 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
   // origin, its twist and its acceleration at q̈ = 0 (recursive Newton–Euler, gravity as an
   // upward acceleration of the base), and the wrench that takes
   const V3<T> up = vconst<T>(a.gravity);
+  // read in place, not copied: with lanes each is kilobytes (`Lanes`)
+  const M3<T> identity = eye<T>();
+  const S6<T> still = {zero, zero};
   for (int i = 0; i < b; ++i) {
-    M3<T> Rp = par[i] >= 0 ? w.Rw[par[i]] : eye<T>(), Rl = free[i] ? eye<T>() : mconst<T>(a.body_rot + 9 * i);
-    V3<T> pp = par[i] >= 0 ? w.pw[par[i]] : zero, pl = free[i] ? zero : vconst<T>(a.body_pos + 3 * i);
+    const M3<T>& Rp = par[i] >= 0 ? w.Rw[par[i]] : identity;
+    M3<T> Rl = free[i] ? identity : mconst<T>(a.body_rot + 9 * i);
+    const V3<T>& pp = par[i] >= 0 ? w.pw[par[i]] : zero;
+    V3<T> pl = free[i] ? zero : vconst<T>(a.body_pos + 3 * i);
     for (int j = 0; j < J; ++j) {
       if (jb[j] != i) continue;
       int c = int(jc[j]);
@@ -559,11 +564,11 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
       for (int v = 0; v < 3; ++v) I.m[u][v] += a.mass[i] * ((u == v ? cc : T(0.0)) - cm.v[u] * cm.v[v]);
     const Inertia<T> Ib = {T(a.mass[i]), a.mass[i] * cm, I};
     w.Ic[i] = Ib;
-    S6<T> V = par[i] >= 0 ? w.Vb[par[i]] : S6<T>{zero, zero};
-    S6<T> A0 = par[i] >= 0 ? w.Ab[par[i]] : S6<T>{zero, zero};
+    const S6<T>& V = par[i] >= 0 ? w.Vb[par[i]] : still;
+    S6<T> A0 = par[i] >= 0 ? w.Ab[par[i]] : still;
     S6<T> Vbody = V;
     auto motion = [&](int c) {
-      S6<T> Sc = w.S[c];
+      const S6<T>& Sc = w.S[c];
       return S6<T>{qd[c] * Sc.a, qd[c] * Sc.b};
     };
     for (int c = 0; c < n; ++c) {
@@ -579,14 +584,16 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
   // composite inertias and the subtrees' wrenches (children after parents)
   for (int i = b - 1; i >= 0; --i)
     if (par[i] >= 0) {
-      Inertia<T> P = w.Ic[par[i]], Ci = w.Ic[i];
-      w.Ic[par[i]] = {P.m + Ci.m, P.h + Ci.h, madd(P.I, Ci.I)};
+      Inertia<T>& P = w.Ic[par[i]];
+      const Inertia<T>& Ci = w.Ic[i];
+      P.m += Ci.m, P.h = P.h + Ci.h, P.I = madd(P.I, Ci.I);
       w.wrench[par[i]] = s6add(w.wrench[par[i]], w.wrench[i]);
     }
   // M on the tree's pattern, plus the tendons' armature a cᵀc (the caller cleared E: the
   // solve's pattern, or all of it for M's output), and the bias forces
   for (int j = 0; j < n; ++j) {
-    S6<T> Sj = w.S[j], F = apply(w.Ic[cbody[j]], Sj);
+    const S6<T>& Sj = w.S[j];
+    const S6<T> F = apply(w.Ic[cbody[j]], Sj);
     Mx(j, j) = s6dot(Sj, F);
     for (int64_t t = tree_start[j]; t < tree_start[j + 1]; ++t) Mx(j, int(tree[t])) = s6dot(w.S[tree[t]], F);
     T outside;
@@ -657,7 +664,7 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
         continue;
       }
       xe[side] = w.pw[body] + mv(w.Rw[body], local);
-      S6<T> V = w.Vb[body], Acc = w.Ab[body];
+      const S6<T>&V = w.Vb[body], &Acc = w.Ab[body];
       V3<T> vel = V.b + cross(V.a, xe[side]);
       bias[side] = Acc.b + cross(Acc.a, xe[side]) + cross(V.a, vel);
       if (side == 0) R1 = w.Rw[body], om = V.a, alpha1 = Acc.a;
@@ -667,7 +674,7 @@ HD void assemble(const Args& a, const Work<T>& w, int64_t member) {
     V3<T> rv = xe[0] - xe[1], rd = zero, phid = zero;
     for (int64_t t = loop_start[e]; t < loop_start[e + 1]; ++t) {
       int c = int(loop[t]), moves = int(sides[t]);
-      S6<T> Sc = w.S[c];
+      const S6<T>& Sc = w.S[c];
       V3<T> j0 = moves & 1 ? Sc.b + cross(Sc.a, xe[0]) : zero, j1 = moves & 2 ? Sc.b + cross(Sc.a, xe[1]) : zero;
       rd = rd + qd[c] * (j0 - j1);
       V3<T> col = mtv(R1, (j0 - j1) + cross(rv, moves & 1 ? Sc.a : zero));
