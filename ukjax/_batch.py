@@ -132,8 +132,8 @@ def simulate_batch(
 ) -> Solution:
     """Simulate a batch on every device: `vmap` within a device, `shard_map` across devices.
 
-    The batch is split evenly over `devices` (padded with copies of its last member, which are
-    dropped again). Each member gets its own `status`: a failed member is marked and the others
+    The batch is split evenly over `devices` (no more of them than members; padded with copies
+    of its last member, which are dropped again). Each member gets its own `status`: a failed member is marked and the others
     are kept, so nothing raises. Compiled once per batch shape, system structure and devices.
     On CPU, split the cores into devices before the first computation
     (`jax.config.update("jax_num_cpu_devices", cores)`; see "Batches and devices" on the
