@@ -57,7 +57,8 @@ def test_gripper_closed_under_control_keeps_its_loops():
 
 def test_tendon_equality_and_motor_kinds():
     """A `tendon` equality against MuJoCo's `efc_pos`, and `motor`, `position` and `velocity`
-    actuators on joints against `qfrc_actuator`; `actuation` keeps the plain motor's column."""
+    actuators on joints (two on one joint: their forces summed there) and a motor on a tendon
+    against `qfrc_actuator`; `actuation` keeps the plain motor's column."""
     xml = """<mujoco><option><flag contact="disable"/></option><worldbody>
       <body><joint name="a" axis="0 1 0"/><geom size="0.05" mass="1"/>
         <body pos="0.2 0 0"><joint name="b" axis="0 1 0" ref="0.3"/><geom size="0.05" mass="1"/>
@@ -67,12 +68,13 @@ def test_tendon_equality_and_motor_kinds():
         <fixed name="t2"><joint joint="c" coef="2"/></fixed></tendon>
       <equality><tendon tendon1="t1" tendon2="t2" polycoef="0.01 0.5 0.2 0 0"/></equality>
       <actuator><motor joint="a" gear="3"/><position joint="b" kp="4" kv="0.3" forcerange="-1 1"/>
-        <velocity joint="c" kv="2"/></actuator></mujoco>"""
+        <velocity joint="c" kv="2"/><position joint="a" kp="2" kv="0.1"/><motor tendon="t1" gear="2"/>
+      </actuator></mujoco>"""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the start is projected onto the tendon equality
         model = models.from_mjcf(xml)
     mjm = mujoco.MjModel.from_xml_string(xml)
-    q, qd, ctrl = np.array([0.4, -0.3, 0.1]), np.array([0.5, 1.0, -0.7]), np.array([0.2, 0.9, -0.4])
+    q, qd, ctrl = np.array([0.4, -0.3, 0.1]), np.array([0.5, 1.0, -0.7]), np.array([0.2, 0.9, -0.4, -0.1, 0.6])
     expected, d = mujoco_forces(mjm, q, qd, ctrl)
     coupling = model.constraints[0]
     assert isinstance(coupling, models.TendonCoupling)
