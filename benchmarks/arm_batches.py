@@ -32,7 +32,10 @@ import ukjax  # noqa: E402
 from ukjax import models  # noqa: E402
 
 DATA = Path(__file__).parents[1] / "tests" / "data"
-ARMS = (("UR5e (Menagerie)", DATA / "ur5e.xml", "home"), ("two-link servo arm", DATA / "servo_arm.xml", "held"))
+ARMS = (
+    ("UR5e (Menagerie)", DATA / "ur5e.xml", "home"),
+    ("two-link servo arm", DATA / "servo_arm.xml", "held"),
+)
 DT, STEPS = 1e-3, 1000
 
 

@@ -93,10 +93,10 @@ def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh, chunk, si
             return one(eqx.combine(own, shared), q0, qd0)
 
         # one at a time without `vmap` (a device's one member too): mapped over a batch of
-        # one, every loop of the program carries the batched loops' selects. Measured on 2 cores, 16 members:
-        # contacts.xml compiles in 9.9 s against 13.3-13.9 s and runs 3 % slower; the bouncing
-        # ball in 6.9 s against 10.3-10.7 s, its run 15 % slower with 2 saves, as fast with
-        # 25 001.
+        # one, every loop of the program carries the batched loops' selects. Measured on 2
+        # cores, 16 members: contacts.xml compiles in 9.9 s against 13.3-13.9 s and runs 3 %
+        # slower; the bouncing ball in 6.9 s against 10.3-10.7 s, its run 15 % slower with 2
+        # saves, as fast with 25 001.
         return jax.lax.map(member, (own, q0, qd0), batch_size=None if chunk == 1 else chunk)
 
     specs = jax.tree.map(
@@ -133,12 +133,11 @@ def simulate_batch(
     """Simulate a batch on every device: `vmap` within a device, `shard_map` across devices.
 
     The batch is split evenly over `devices` (no more of them than members; padded with copies
-    of its last member, which are dropped again). Each member gets its own `status`: a failed member is marked and the others
-    are kept, so nothing raises. Compiled once per batch shape, system structure and devices.
-    On CPU, split the cores into devices before the first computation
-    (`jax.config.update("jax_num_cpu_devices", cores)`; see "Batches and devices" on the
-    documentation site, docs/concepts/batches.md);
-    each device then takes its members in chunks whose mass matrices stay in the cache, and
+    of its last member, which are dropped again). Each member gets its own `status`: a failed
+    member is marked and the others are kept, so nothing raises. Compiled once per batch
+    shape, system structure and devices. On CPU, split the cores into devices before the
+    first computation (`jax.config.update("jax_num_cpu_devices", cores)`; see "Batches and
+    devices" on the documentation site, docs/concepts/batches.md); each device then takes its members in chunks whose mass matrices stay in the cache, and
     a system with contacts or limits one member at a time, so that each pays for its own
     events only.
 

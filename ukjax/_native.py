@@ -29,7 +29,8 @@ import jax
 _SOURCES = (Path(__file__).with_name("_robots") / "kernels.cc",)
 _HEADER = Path(__file__).with_name("_contact_solve.h")  # included by kernels.cc
 # `C` and `TAIL` in kernels.cc: a batch runs in chunks of `LANES` states, what is left in chunks
-# of `TAIL`, to which it is padded. One state runs on a build of one lane (`benchmarks/kernel_layouts.py`).
+# of `TAIL`, to which it is padded (`benchmarks/arm_batches.py`). One state runs on a build of
+# one lane.
 LANES = 32
 TAIL = 8
 CONTACT_SOLVE = "ukjax_contact_solve"
