@@ -137,9 +137,9 @@ def simulate_batch(
     member is marked and the others are kept, so nothing raises. Compiled once per batch
     shape, system structure and devices. On CPU, split the cores into devices before the
     first computation (`jax.config.update("jax_num_cpu_devices", cores)`; see "Batches and
-    devices" on the documentation site, docs/concepts/batches.md); each device then takes its members in chunks whose mass matrices stay in the cache, and
-    a system with contacts or limits one member at a time, so that each pays for its own
-    events only.
+    devices" on the documentation site, docs/concepts/batches.md); each device then takes
+    its members in chunks whose mass matrices stay in the cache, and a system with contacts or
+    limits one member at a time, so that each pays for its own events only.
 
     **Arguments:**
 
