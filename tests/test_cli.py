@@ -242,6 +242,8 @@ def test_version_and_defaults_in_help(capsys):
     text = capsys.readouterr().out
     assert f"ukjax {ukjax.__version__}" in text
     assert "final time [s] (default: 5.0)" in text
+    # an option whose help names its default is not given a second one
+    assert "qpos0)" in text and "(default: None)" not in text
 
 
 def test_compilation_cache_directory_and_its_switch(monkeypatch, tmp_path):

@@ -88,7 +88,8 @@ def test_a_projection_that_cannot_close_says_so():
 def test_a_run_that_starts_off_its_constraints_says_so():
     """The four-bar started with its crank rate 1 rad/s off (φ̇ = 0.5 m/s), no Baumgarte
     gains: the loop opens 0.1 m in 0.2 s while every step succeeds, and `simulate` and
-    `simulate_batch` warn (naming the members); a consistent start does not."""
+    `simulate_batch` warn (naming the members); a consistent start does not, nor saves that
+    begin after the start."""
     model, system = _load(FILES["four-bar"])
     off = model.qd0.at[0].add(1.0)
     with pytest.warns(RuntimeWarning, match=r"starts off its constraints \(the run\).*\|Φ̇\| = 5\.00e-01"):
@@ -99,6 +100,9 @@ def test_a_run_that_starts_off_its_constraints_says_so():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ukjax.simulate(system, model.q0, model.qd0, 0.0, 0.2)
+        # saves that begin after the start: their violation is the run's, not the start's (it
+        # was said to be the start's, at ts[0])
+        ukjax.simulate_batch(system, jnp.stack([model.q0] * 2), jnp.stack([model.qd0, off]), 0.0, 0.2, ts=[0.2])
 
 
 def test_states_of_the_wrong_length_name_the_lengths():

@@ -213,6 +213,6 @@ def simulate_batch(
     named = (system, t0, q0, qd0) if shared else ()
     warn_if_started_inside(solution, simulate_kwargs.get("atol", DEFAULT_TOL), *named)
     warn_if_started_off(
-        solution, q0, qd0, simulate_kwargs.get("rtol", DEFAULT_TOL), simulate_kwargs.get("atol", DEFAULT_TOL)
+        solution, q0, qd0, t0, simulate_kwargs.get("rtol", DEFAULT_TOL), simulate_kwargs.get("atol", DEFAULT_TOL)
     )
     return solution

@@ -26,11 +26,20 @@ def _count(text: str) -> int:
     return value
 
 
+class _Defaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default after its help, where the help does not say it already and the
+    default is not None (an option whose absence its help explains)."""
+
+    def _get_help_string(self, action):
+        told = action.default is None or "(default:" in (action.help or "")
+        return action.help if told else super()._get_help_string(action)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `ukjax` console script."""
     import ukjax
 
-    formatter = argparse.ArgumentDefaultsHelpFormatter
+    formatter = _Defaults
     parser = argparse.ArgumentParser(prog="ukjax", description=__doc__, epilog=_EPILOG, formatter_class=formatter)
     parser.add_argument("--version", action="version", version=f"ukjax {ukjax.__version__}")
     parser.add_argument(

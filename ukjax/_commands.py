@@ -509,7 +509,7 @@ def run_simulate(args: argparse.Namespace) -> None:
     norms = sum(kind in ("ball", "free") for kind in tree.joint_kinds)
     contacts = fields.pop("contacts")
     sol = ukjax.Solution(**fields, contacts=None if contacts is None else ukjax.ContactRecord(**contacts))
-    warn_if_started_off(sol, q0, qd0, args.tol, args.tol)
+    warn_if_started_off(sol, q0, qd0, 0.0, args.tol, args.tol)
     warn_if_started_inside(sol, args.tol)
     # as NumPy: the summary and the plot would compile operation by operation
     sol = jax.tree.map(np.asarray, sol)

@@ -181,7 +181,7 @@ def simulate(
     elif throw and solution.status != Status.SUCCESS:
         raise RuntimeError(MESSAGES[Status(int(solution.status))])
     warn_if_started_inside(solution, atol, system, t0, q0, qd0)
-    warn_if_started_off(solution, q0, qd0, rtol, atol)
+    warn_if_started_off(solution, q0, qd0, t0, rtol, atol)
     return solution
 
 
@@ -234,12 +234,16 @@ def _save_times(ts: Array, t0: Array, t1: Array) -> Array:
     return jnp.where(jnp.abs(ts - snapped) <= slack, snapped, ts)
 
 
-def warn_if_started_off(solution: Solution, q0: Array, qd0: Array, rtol: float, atol: float) -> None:
+def warn_if_started_off(solution: Solution, q0: Array, qd0: Array, t0, rtol: float, atol: float) -> None:
     """Warn where a run (or members of a batch) started off its constraints by more than its
     tolerance `atol + rtol |x|`: without Baumgarte gains the violation then stays or grows
-    while every step succeeds. Nothing happens under a transformation (read `sol.phi`)."""
+    while every step succeeds. Read off the first save where it is the start (`ts[0] = t0`,
+    as by default); nothing happens where the saves begin later, or under a transformation
+    (read `sol.phi`)."""
     if solution.phi is None or isinstance(solution.phi, jax.core.Tracer) or not solution.phi.is_fully_addressable:
         return  # traced, or spread over other processes' devices (each process sees its own part)
+    if isinstance(t0, jax.core.Tracer) or np.any(np.asarray(solution.ts)[..., 0] != np.asarray(t0, float)):
+        return  # the first save is not the start: its violation is the run's, not the start's
     rtol, atol = float(rtol), float(atol)
     phi, phid = np.asarray(solution.phi)[..., 0, :], np.asarray(solution.phid)[..., 0, :]
     gaps = [
@@ -252,7 +256,7 @@ def warn_if_started_off(solution: Solution, q0: Array, qd0: Array, rtol: float, 
     members = f"{int(np.sum(off))} of {off.size} members" if off.ndim else "the run"
     warnings.warn(
         f"The simulation starts off its constraints ({members}): |Φ| = {float(np.max(gaps[0][0])):.2e} and "
-        f"|Φ̇| = {float(np.max(gaps[1][0])):.2e} at ts[0], over the tolerance atol + rtol·|q| (rtol = {rtol:g}, "
+        f"|Φ̇| = {float(np.max(gaps[1][0])):.2e} at t0, over the tolerance atol + rtol·|q| (rtol = {rtol:g}, "
         f"atol = {atol:g}); without Baumgarte gains the violation stays or grows though the status says "
         "SUCCESS. Start from ConstrainedSystem.project(t0, q0, qd0), or stabilize with ukjax.Baumgarte.",
         RuntimeWarning,
