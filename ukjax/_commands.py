@@ -469,8 +469,8 @@ def run_simulate(args: argparse.Namespace) -> None:
         import ukjax
 
         with _stage(
-            f"reading {args.file} (MuJoCo's compiler; a start off the loops is projected onto them; kept: "
-            "the same file again is read back)"
+            f"reading {args.file} (MuJoCo's compiler; a start off its equalities, if it has any, is "
+            "projected onto them; kept: the same file again is read back)"
         ):
             model = kept_model(args.cache, args.file, keyframe, read)
         stabilization = ukjax.Baumgarte(args.alpha, args.beta) if args.alpha or args.beta else None
