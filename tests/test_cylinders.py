@@ -1,6 +1,6 @@
 """Cylinders: a point's signed distance to one against the nearest of many surface points, a
-rim's rows against automatic differentiation, a cylinder rolling down an incline and a coin
-falling flat against their closed forms (and DOP853), a ball leaving a lying cylinder where
+rim's rows against automatic differentiation, a cylinder rolling down an incline, a coin
+falling flat and a coin slid on its rim until it rolls against their closed forms (and DOP853), a ball leaving a lying cylinder where
 energy says, a box resting on a standing one, and what the importer says of the pairs met at
 points of them only."""
 
@@ -254,6 +254,32 @@ def test_a_box_rests_on_a_standing_cylinder_by_its_rim(scene):
     carried = {n: f for n, f in lid.items() if ("lid" in n or "post" in n) and f > 1e-9}
     assert carried and all(n.startswith("post–lid") for n in carried)
     np.testing.assert_allclose(sum(carried.values()), 0.5 * G, rtol=1e-9)
+
+
+def test_a_coin_slid_on_its_rim_starts_rolling_when_its_closed_form_says():
+    """A coin stood on its rim and slid at v₀ without spin, μ = 0.5: friction slows it at μg and
+    spins it up at 2μg/R until its rims roll, at t* = v₀ / (3μg), and it rolls on at 2v₀/3
+    (a disc's I = mR²/2), its rims carrying its weight and no friction. One event, at t*."""
+    R, mu, v0, m = 0.05, 0.5, 1.0, 0.1
+    xml = f"""<mujoco><option gravity="0 0 -{G}"/><worldbody>
+      <geom name="floor" type="plane" size="0 0 1" friction="{mu}"/>
+      <body name="coin" pos="0 0 {R}"><freejoint/>
+        <geom name="disc" type="cylinder" size="{R} 0.01" quat="1 1 0 0" mass="{m}" friction="{mu}"/></body>
+      </worldbody></mujoco>"""
+    model = ukjax.models.from_mjcf(xml)
+    stick = v0 / (3 * mu * G)
+    ts = jnp.array([0.0, 0.5 * stick, 0.2])
+    # at a tight tolerance: the coin's turn lives in its quaternion, integrated to the tolerance
+    # (at 1e-8 the slip ends 1.5e-9 late, relatively)
+    tight = dict(rtol=1e-11, atol=1e-11)
+    sol = ukjax.simulate(model.full_system(), model.q0, jnp.zeros(7).at[0].set(v0), 0.0, 0.2, ts=ts, **tight)
+    (when,) = np.asarray(sol.contacts.event_times)[np.isfinite(sol.contacts.event_times)]
+    assert abs(when - stick) < 1e-9 * stick
+    np.testing.assert_allclose(sol.qd[:, 0], [v0, v0 - mu * G * 0.5 * stick, 2 * v0 / 3], rtol=1e-9)
+    np.testing.assert_allclose(sol.q[:, 2], R, atol=1e-12)
+    assert float(sol.contacts.penetration) < 1e-12
+    np.testing.assert_allclose(jnp.sum(sol.contacts.normal[-1]), m * G, rtol=1e-9)
+    assert float(jnp.max(jnp.abs(sol.contacts.tangent[-1]))) < 1e-9
 
 
 @pytest.mark.slow
