@@ -23,8 +23,6 @@ a step) and its share of a step.
 """
 
 import argparse
-import contextlib
-import os
 import warnings
 
 import jax
@@ -35,21 +33,7 @@ jax.config.update("jax_enable_x64", True)
 
 import ukjax  # noqa: E402
 from ukjax import _bench, models  # noqa: E402
-from ukjax._robots import kernels  # noqa: E402
-
-
-@contextlib.contextmanager
-def xla_route():
-    """The programs traced inside run on the XLA route (`UKJAX_KERNELS=0`); compiled programs
-    are dropped on the way in and out, for a traced program does not see the variable change."""
-    before = os.environ.get("UKJAX_KERNELS")
-    os.environ["UKJAX_KERNELS"] = "0"
-    jax.clear_caches()
-    try:
-        yield
-    finally:
-        os.environ.pop("UKJAX_KERNELS") if before is None else os.environ.update(UKJAX_KERNELS=before)
-        jax.clear_caches()
+from ukjax._backends import _tree_kernel as kernels  # noqa: E402
 
 
 def coordinated_mjcf():
@@ -71,7 +55,8 @@ def agreement(system, q0, members=64):
     rng = np.random.default_rng(0)
     q = jnp.asarray(np.asarray(q0) + 0.05 * rng.standard_normal((members, q0.shape[0])))
     qd = jnp.asarray(rng.standard_normal(q.shape))
-    kernel = jax.jit(jax.vmap(lambda q, qd: kernels.solve(system, 0.0, q, qd).acceleration))(q, qd)
+    bound = ukjax.TreeKernel().bind(system, q.dtype, jax.default_backend())
+    kernel = jax.jit(jax.vmap(lambda q, qd: kernels.solve(bound, 0.0, q, qd).acceleration))(q, qd)
     xla = jax.jit(jax.vmap(lambda q, qd: system.solve(0.0, q, qd).acceleration))(q, qd)
     return float(jnp.max(jnp.abs(kernel - xla)) / jnp.max(jnp.abs(xla)))
 
@@ -81,7 +66,8 @@ def solve_alone(system, q0, batch, calls=8):
     calls in one program, each fed the last one's result (so that none is left out)."""
     rng = np.random.default_rng(1)
     q = jnp.asarray(np.asarray(q0) + 0.01 * rng.standard_normal((batch, q0.shape[0])))
-    acceleration = jax.vmap(lambda q, qd: kernels.solve(system, 0.0, q, qd).acceleration)
+    bound = ukjax.TreeKernel().bind(system, q.dtype, jax.default_backend())
+    acceleration = jax.vmap(lambda q, qd: kernels.solve(bound, 0.0, q, qd).acceleration)
     chain = jax.jit(lambda q, qd: jax.lax.fori_loop(0, calls, lambda _, qd: qd + 1e-12 * acceleration(q, qd), qd))
     _, wall, _ = _bench.compiled_and_timed(lambda: chain(q, jnp.zeros_like(q)))
     return wall / calls
@@ -131,7 +117,7 @@ def main():
             warp = _bench.peer(name, "mujoco warp", run, xml, qpos, ctrl, args.warp_batch, args.steps, violation)
             if warp is not None:
                 row(name, "mujoco warp", args.warp_batch, warp[0], baseline, warp[2], warp[1])
-        covered = kernels.runs(system, q0.dtype, jax.default_backend()) is not None
+        covered = kernels.covered(system) is not None and kernels.can_run(system, q0.dtype, jax.default_backend())
         if covered:
             print(f"{name:32s} (kernel against the XLA route at 64 states: {agreement(system, q0):.1e})", flush=True)
         for batch in batches:
@@ -143,10 +129,10 @@ def main():
         if covered and args.xla_batch:
             xla.append((name, system, q0, baseline))
     # the XLA route last: its compiles are the longest
-    with xla_route():
-        for name, system, q0, baseline in xla:
-            rate, worst, compile_s, failed = _bench.run_ukjax(system, q0, args.xla_batch, args.steps // 2)
-            row(name, "ukjax XLA", args.xla_batch, rate, baseline, compile_s, worst, failed)
+    for name, system, q0, baseline in xla:
+        batch, steps = args.xla_batch, args.steps // 2
+        rate, worst, compile_s, failed = _bench.run_ukjax(system, q0, batch, steps, ukjax.XLABackend())
+        row(name, "ukjax XLA", args.xla_batch, rate, baseline, compile_s, worst, failed)
     if args.contacts_batch:
         contact_scene(args)
 
@@ -182,7 +168,8 @@ def contact_scene(args):
         warp = _bench.peer(case, "mujoco warp", contacts.run_mujoco_warp, speeds)
         if warp is not None:
             line("mujoco warp", len(speeds), warp, baseline)
-    on_kernel = kernels.contacts_run(contacts.scene()[1], jnp.float64, jax.default_backend())
+    picked = ukjax.AutoBackend().select(contacts.scene()[1], jnp.float64, jax.default_backend())
+    on_kernel = isinstance(picked, ukjax.TreeKernel)
     line("ukjax kernel" if on_kernel else "ukjax XLA", len(speeds), contacts.run_ukjax(speeds), baseline)
 
 if __name__ == "__main__":

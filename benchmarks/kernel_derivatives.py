@@ -21,8 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import ukjax
 from ukjax import _bench as bench
-from ukjax._robots import kernels
+from ukjax._backends import _tree_kernel as kernels
 
 
 def library_acceleration(system, q, qd):
@@ -32,7 +33,8 @@ def library_acceleration(system, q, qd):
 
 def kernel_acceleration(system, q, qd):
     """The compiled kernel's acceleration of (B, n) states (one call for the batch)."""
-    return jax.vmap(lambda q, qd: kernels.solve(system, 0.0, q, qd).acceleration)(q, qd)
+    bound = ukjax.TreeKernel().bind(system, q.dtype, "cpu")
+    return jax.vmap(lambda q, qd: kernels.solve(bound, 0.0, q, qd).acceleration)(q, qd)
 
 
 def final_state(acceleration, system, q0, steps):
@@ -76,8 +78,8 @@ def main():
     tree = system.system
     n, B = q0.shape[0], args.batch
     rng = np.random.default_rng(0)
-    if kernels.runs(system, jnp.float64) is None:
-        print("the tree kernel does not run here (no C++ compiler, or UKJAX_KERNELS=0)")
+    if not kernels.can_run(system, jnp.float64, "cpu"):
+        print("the tree kernel does not run here (no C++ compiler)")
         return
     # members apart: the keyframe with its joints turned by up to 0.01 rad
     start = jnp.asarray(np.asarray(q0)[None, :] + 0.01 * rng.uniform(-1, 1, (B, n)))

@@ -17,8 +17,9 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
+import ukjax  # noqa: E402
 from ukjax import _bench  # noqa: E402
-from ukjax._robots import kernels  # noqa: E402
+from ukjax._backends import _tree_kernel as kernels  # noqa: E402
 
 
 def per_member(parts, q, qd, lanes, repeats):
@@ -45,7 +46,7 @@ def main():
     print(f"batch {args.batch}; µs per acceleration, best of {args.repeats}")
     print(f"{'case':24s} {'chunks of ' + str(kernels.LANES):>14s} {'one lane, GPU layout':>22s} {'ratio':>7s}")
     for name, system, q0, *_ in (_bench.cassie(), _bench.gripper()):
-        parts = kernels.covered(system)
+        parts = kernels.covered(ukjax.TreeKernel().bind(system, jnp.float64, "cpu"))
         q = jnp.asarray(np.asarray(q0) + 1e-3 * rng.standard_normal((args.batch, q0.shape[0])))
         qd = jnp.asarray(0.1 * rng.standard_normal(q.shape))
         chunks, lane = (per_member(parts, q, qd, lanes, args.repeats) for lanes in (None, 1))

@@ -32,7 +32,7 @@ from benchmarks.references import high_precision_acceleration
 from ukjax import models
 from ukjax._bench import CASSIE
 from ukjax._core import uk_solve
-from ukjax._robots import kernels
+from ukjax._backends import _tree_kernel as kernels
 
 
 def cassie_file(hinges: bool) -> str:
@@ -66,8 +66,9 @@ def main():
     system = ukjax.ConstrainedSystem(model.system, model.constraints)
     dynamics = eqx.filter_jit(lambda s, q, qd: s.dynamics(0.0, q, qd))
     routes = {"XLA route": jax.jit(lambda q, qd, M, Q, A, b: uk_solve(M, Q, A, b, None, "svd"))}
-    if kernels.runs(system, jax.numpy.float64) is not None:
-        routes["tree kernel"] = jax.jit(lambda q, qd, *_: kernels.solve(system, 0.0, q, qd))
+    if kernels.can_run(system, jax.numpy.float64, "cpu"):
+        bound = ukjax.TreeKernel().bind(system, jax.numpy.float64, "cpu")
+        routes["tree kernel"] = jax.jit(lambda q, qd, *_: kernels.solve(bound, 0.0, q, qd))
     rng = np.random.default_rng(1)
     print(
         f"Cassie{' with hinges' if args.hinges else ''}, n {system.num_coordinates}, "

@@ -17,7 +17,7 @@ import pytest
 import ukjax
 from benchmarks.references import high_precision_acceleration, mujoco_kkt_acceleration
 from ukjax import models
-from ukjax._robots import kernels
+from ukjax._backends import _tree_kernel as kernels
 
 CASSIE = Path(__file__).parent.parent.parent / "shared" / "robots" / "cassie.xml"
 # Cassie's springs (1250 and 1500 N m/rad on light rods) want steps of ~0.25 ms: there both
@@ -190,8 +190,10 @@ def test_rank_decisions_near_qpos0_against_a_40_digit_solve(model):
     assert np.max(np.abs(uncut - reference)) > 1e-3 * scale
     np.testing.assert_allclose(qdd, reference, rtol=0, atol=1e-10 * scale)
     # and the compiled kernel (`simulate`'s route), which cuts by the Gram matrix's pivots
-    if kernels.runs(closed, q.dtype, jax.default_backend()) is not None:
-        kernel = eqx.filter_jit(kernels.solve)(closed, 0.0, q, qd).acceleration
+    if kernels.can_run(closed, q.dtype, jax.default_backend()):
+        bound = ukjax.TreeKernel().bind(closed, q.dtype, jax.default_backend())
+        assert kernels.runs(bound) is not None
+        kernel = eqx.filter_jit(kernels.solve)(bound, 0.0, q, qd).acceleration
         np.testing.assert_allclose(kernel, reference, rtol=0, atol=1e-10 * scale)
 
 

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from ukjax import _linalg as la
-from ukjax._native import built
-from ukjax._unilateral import _dense_solve, _native_solve
+from ukjax._backends._build import built
+from ukjax._backends._contact_kernel import native_solve as _native_solve
+from ukjax._contact_algebra import dense_solve as _dense_solve
 
 pytestmark = pytest.mark.xdist_group("kernels")
 

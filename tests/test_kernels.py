@@ -14,7 +14,7 @@ import pytest
 
 import ukjax
 from ukjax import models
-from ukjax._robots import kernels
+from ukjax._backends import _tree_kernel as kernels
 from ukjax._unilateral import OPEN, SLIDING, STICKING, Modes
 
 pytestmark = pytest.mark.xdist_group("kernels")
@@ -85,9 +85,14 @@ def _driven(xml):
 @pytest.fixture(scope="module")
 def loops():
     system, q0 = _driven(EVERY_KIND)
-    if kernels.runs(system, jnp.float64, jax.default_backend()) is None:
+    if kernels.covered(system) is None or not kernels.can_run(system, jnp.float64, jax.default_backend()):
         pytest.skip("no compiler builds the kernel for this device (the XLA route runs instead)")
     return system, q0
+
+
+def _bound(system):
+    """`system` bound to the tree kernel (`ukjax.TreeKernel`): an unbound one is pure XLA."""
+    return ukjax.TreeKernel().bind(system, jnp.float64, jax.default_backend())
 
 
 _CHUNKS = "ukjax_tree_32" if jax.default_backend() == "cpu" else "ukjax_tree_1"
@@ -103,7 +108,7 @@ def _states(q0, members, seed):
 @eqx.filter_jit
 def _both_routes(system, q, qd):
     """The kernel's solve (the batch mapped through its batching rule) and the XLA route's."""
-    kernel = jax.vmap(lambda q, qd: kernels.solve(system, 0.0, q, qd))(q, qd)
+    kernel = jax.vmap(lambda q, qd: kernels.solve(_bound(system), 0.0, q, qd))(q, qd)
     return kernel, jax.vmap(lambda q, qd: system.solve(0.0, q, qd))(q, qd)
 
 
@@ -145,7 +150,7 @@ def test_kernel_matches_the_xla_route(loops):
         largest = float(jnp.max(jnp.abs(xla.constraint_force)))
         assert float(jnp.max(jnp.abs(force - xla.constraint_force))) < 1e-11 * largest
     # one state: the kernel built for one lane
-    single = jax.jit(lambda q, qd: (kernels.solve(system, 0.0, q, qd), system.solve(0.0, q, qd)))
+    single = jax.jit(lambda q, qd: (kernels.solve(_bound(system), 0.0, q, qd), system.solve(0.0, q, qd)))
     assert "ukjax_tree_1" in single.lower(q[0], qd[0]).as_text()
     kernel, xla = single(q[0], qd[0])
     assert _relative(kernel.acceleration, xla.acceleration) < 1e-11
@@ -166,7 +171,7 @@ def test_kernel_route_is_differentiated_by_the_xla_route(loops):
 
     def accelerations(masses):
         heavier = eqx.tree_at(lambda s: s.system.system.masses, system, masses)
-        return jax.vmap(lambda q, qd: kernels.solve(heavier, 0.0, q, qd).acceleration)(q, qd)
+        return jax.vmap(lambda q, qd: kernels.solve(_bound(heavier), 0.0, q, qd).acceleration)(q, qd)
 
     masses = system.system.system.masses
     direction = jnp.linspace(0.5, 1.5, masses.shape[0])
@@ -196,6 +201,7 @@ def test_kernel_dynamics_match_the_xla_route(loops):
     with_masses = lambda m: eqx.tree_at(lambda t: t.masses, tree, m)  # noqa: E731
 
     def routed(tree, q, qd):  # as the library reaches them: the kernel where it runs
+        tree = _bound(tree)
         kin, motion = tree._motion(q, qd)
         return (*tree.dynamics(0.0, q, qd)[:2], kin.rotations, kin.positions, kin.twists, *motion)
 
@@ -222,7 +228,7 @@ def test_kernel_dynamics_match_the_xla_route(loops):
         assert _relative(values[2], values[3]) < 1e-13
 
     def summed(p):  # the masses, and a step s along q: q₀ + s (1, …, 1)
-        edited = eqx.tree_at(lambda t: t.masses, tree, p[:-1])
+        edited = _bound(eqx.tree_at(lambda t: t.masses, tree, p[:-1]))
         at_q = q[0] + p[-1]
         M, Q = edited.dynamics(0.0, at_q, qd[0])[:2]
         kin, (V, A) = edited._motion(at_q, qd[0])
@@ -286,11 +292,12 @@ def test_contact_dynamics_match_the_xla_route(loops):
 
     def both(q, qd, rest):
         arguments = (system, 0.2, q, qd, modes, rest)
-        return kernels._in_modes(*arguments), kernels._xla_in_modes(*arguments)
+        return kernels._in_modes(_bound(system), *arguments[1:]), kernels._xla_in_modes(*arguments)
 
     def tiled(q, qd, rest):
         inputs = jax.vmap(lambda q, qd, r: kernels._contact_inputs(system, 0.2, q, qd, modes, r))(q, qd, rest)
-        return [kernels._contacts_call(system, q, qd, inputs, tiles=1, space=space) for space in (kernels.SPACE, 1)]
+        bound = _bound(system)
+        return [kernels._contacts_call(bound, q, qd, inputs, tiles=1, space=space) for space in (kernels.SPACE, 1)]
 
     # one program for every route (each compiled apart, the test took twice as long)
     program = jax.jit(lambda q, qd, r: (both(q[0], qd[0], r[0]), jax.vmap(both)(q, qd, r), tiled(q, qd, r)))
@@ -325,7 +332,7 @@ def _contact_summary(system, q, qd, modes):
 
     def summed(s):
         heavier = eqx.tree_at(lambda x: x.system.system.masses, system, system.system.system.masses * (1 + s))
-        x, force, normal, tangent, *_ = kernels._in_modes(heavier, 0.2, q + s, qd, modes, 1e-5)
+        x, force, normal, tangent, *_ = kernels._in_modes(_bound(heavier), 0.2, q + s, qd, modes, 1e-5)
         return jnp.sum(weights * x) + jnp.sum(normal**2) + jnp.sum(tangent)
 
     return summed
@@ -372,19 +379,21 @@ import warnings, jax, jax.numpy as jnp
 jax.config.update("jax_enable_x64", True)
 import ukjax
 from ukjax import models
-from ukjax._robots import kernels
+from ukjax._backends import _tree_kernel as kernels
 tree = models.from_mjcf('''<mujoco><worldbody><body><joint type="hinge" axis="0 1 0"/>
 <geom type="sphere" size="0.1" pos="0 0 -1" mass="1"/></body></worldbody></mujoco>''').system
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    mapped = jax.vmap(lambda q: kernels.solve(tree, 0.0, q, q).acceleration)
+    auto = ukjax.AutoBackend()
+    mapped = jax.vmap(lambda q: kernels.solve(auto.bind(tree, q.dtype, "cpu"), 0.0, q, q).acceleration)
     text = jax.jit(mapped).lower(jnp.ones((4, 1))).as_text()
-    contacts = ukjax.ConstrainedSystem(tree, [ukjax.Unilateral(lambda t, q: q[0] + 1)])
+    contacts = auto.bind(ukjax.ConstrainedSystem(tree, [ukjax.Unilateral(lambda t, q: q[0] + 1)]), jnp.float64, "cpu")
     text += jax.jit(lambda q: contacts.solve(0.0, q, q).acceleration).lower(jnp.ones(1)).as_text()
-print("kernel" if "ukjax_" in text else "xla", *(str(w.message) for w in caught), sep="\\n")
+    picked = type(auto.select(contacts, jnp.float64, "cpu")).__name__
+print("kernel" if "ukjax_" in text else "xla", picked, *(str(w.message) for w in caught), sep="\\n")
 """
     env = dict(os.environ, CXX=str(tmp_path / "no-such-compiler"), XDG_CACHE_HOME=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    route, *messages = out.stdout.splitlines()
-    assert route == "xla"
+    route, picked, *messages = out.stdout.splitlines()
+    assert route == "xla" and picked == "XLABackend"
     assert any("could not build its kernels" in m and "no-such-compiler" in m for m in messages)

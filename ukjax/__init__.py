@@ -9,6 +9,12 @@ import typing
 if typing.TYPE_CHECKING:
     from . import examples as examples, models as models
     from ._animate import Sketch as Sketch, animate as animate
+    from ._backends._backend import (
+        AbstractBackend as AbstractBackend,
+        AutoBackend as AutoBackend,
+        TreeKernel as TreeKernel,
+        XLABackend as XLABackend,
+    )
     from ._batch import simulate_batch as simulate_batch
     from ._composed import ComposedSystem as ComposedSystem
     from ._constraints import (

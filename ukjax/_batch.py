@@ -12,11 +12,12 @@ from jaxtyping import ArrayLike, Float, Real
 
 from ._events import warn_if_started_inside
 from ._jit import jit
-from ._robots import kernels
+from ._backends import _tree_kernel as kernels
+from ._backends._backend import AbstractBackend, AutoBackend, TreeKernel
 from ._simulate import DEFAULT_TOL, simulate, warn_if_started_off
 from ._solution import Solution
 from ._systems import AbstractSystem, check_state
-from ._unilateral import compiled, unilaterals
+from ._unilateral import unilaterals
 
 _AXIS = "batch"
 
@@ -170,6 +171,13 @@ def simulate_batch(
     batch = q0.shape[0]
     # no more devices than members: a device of padding only would cost its copy of the system
     devices = devices[:batch]
+    backend = simulate_kwargs.pop("backend", AutoBackend())
+    if not isinstance(backend, AbstractBackend):
+        raise TypeError(f"backend must be a ukjax backend (ukjax.AutoBackend(), ...), got {type(backend).__name__}.")
+    platform = devices[0].platform
+    backend = backend.select(system, q0.dtype, platform)
+    system = backend.bind(system, q0.dtype, platform)
+    simulate_kwargs["backend"] = backend
 
     arrays, static = eqx.partition(system, eqx.is_array)
     axes = _leaf_axes(arrays, system_axes)
@@ -183,7 +191,7 @@ def simulate_batch(
     jax.tree.map(check_axis, arrays, axes, is_leaf=_absent)
     per_device = -(-batch // len(devices))
     shared = not any(axis is not None for axis in jax.tree.leaves(axes, is_leaf=_absent))
-    if devices[0].platform == "cpu" and compiled(q0.dtype, "cpu") and unilaterals(system):
+    if platform == "cpu" and isinstance(backend, TreeKernel) and unilaterals(system):
         # With contacts and limits, one member at a time: in a batch the members step in
         # lockstep, each event pass lasting until every member's stretch has ended, and the
         # contact kernel solves the lanes one by one, the waiting ones too. Measured on 2
@@ -191,10 +199,10 @@ def simulate_batch(
         # 29.4 s against 6.6 s; a ball bouncing, 25 001 saves, 0.45 s against 0.35 s;
         # contacts.xml 0.53 s against 0.57 s; the ball with 2 saves 0.06 s against 0.10 s.
         chunk = 1
-    elif shared and devices[0].platform == "cpu" and kernels.runs(system, q0.dtype) is not None:
+    elif shared and platform == "cpu" and kernels.runs(system) is not None:
         chunk = per_device  # the kernel takes the device's members in chunks of its own
     else:
-        chunk = _chunk(per_device, q0.shape[1], q0.dtype, devices[0].platform)
+        chunk = _chunk(per_device, q0.shape[1], q0.dtype, platform)
     size = -(-per_device // chunk) * chunk * len(devices)
     times = (jnp.asarray(t0, q0.dtype), jnp.asarray(t1, q0.dtype))
     numeric = {

@@ -212,9 +212,10 @@ def compiled_and_timed(run, repeats: int = 3):
     return result, min(walls), first - min(walls)
 
 
-def run_ukjax(system, q0, batch, steps):
+def run_ukjax(system, q0, batch, steps, backend=None):
     q0 = jnp.broadcast_to(q0, (batch, q0.shape[0]))
     kwargs = dict(
+        backend=ukjax.AutoBackend() if backend is None else backend,
         solver=ukjax.RK4(),
         adaptive=False,
         dt0=DT,

@@ -54,7 +54,7 @@ def _identity() -> str:
     """ukjax's own code (its modules and its kernels' source), the versions it runs on and the
     processor and device it compiles for: what an earlier process kept under another identity
     is not read back."""
-    from ._native import _processor
+    from ._backends._build import _processor
 
     digest = hashlib.sha256()
     for path in sorted(Path(__file__).parent.rglob("*")):
@@ -136,7 +136,7 @@ def read_program(cache: Path | None, name: str, key: tuple):
         return None
     from jax.experimental.serialize_executable import deserialize_and_load
 
-    from . import _native
+    from ._backends import _build as _native
 
     _native.targets()  # the kernels' targets the program calls
     payload, inputs, outputs, args, lapack = pickle.loads(path.read_bytes())

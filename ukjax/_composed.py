@@ -21,7 +21,7 @@ def _embed(level: ConstraintLevel, where: slice, n: int) -> ConstraintLevel:
     contacts = level.contacts
     if contacts is not None:
         contacts = eqx.tree_at(lambda c: (c.normal, c.tangent), contacts, (widen(contacts.normal), widen(contacts.tangent)))
-    return ConstraintLevel(widen(rows), c, level.method, contacts)
+    return ConstraintLevel(widen(rows), c, level.method, contacts, level.kernel)
 
 
 class ComposedSystem(AbstractSystem):

@@ -236,6 +236,7 @@ def _transition(system, t, q, qd, rest_speed):
             jnp.where((moving & ~impact)[:, None], slip, 0),
             slack=jnp.where(rough, jnp.inf, slack),
             held=held,
+            kernel=level.kernel,
         )
         leaving = c.normal.A @ jump.x + approach
         held = jnp.where(fallback, held, held | (touching & (modes.mode == OPEN) & (leaving < rest_speed)))

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from ._backends._contact_kernel import ContactKernel
 from ._constraints import ConstraintRows
 from ._unilateral import OPEN, ContactRows, ContactSolution, Modes, select_modes, solve_modes
 
@@ -113,13 +114,14 @@ def solve_in(
     contacts: ContactRows,
     modes: Modes,
     scales: bool = True,
+    kernel: ContactKernel | None = None,
 ) -> ContactSolution:
     """`solve_modes` over the closed contacts alone (all of them where they fit in
     `capacity`): the same solution, the open contacts' rates included."""
     k, n = contacts.size, Q.shape[0]
     size = capacity(k, n)
     if size == k:
-        return solve_modes(M, Q, equalities, contacts, modes, scales)
+        return solve_modes(M, Q, equalities, contacts, modes, scales, kernel)
     narrowed = _narrow(contacts, modes.mode != OPEN, size)
     index, valid = narrowed.index, narrowed.valid
     part = Modes(
@@ -127,7 +129,7 @@ def solve_in(
         _part(modes.direction, index, valid, 0),
         _part(modes.weight, index, valid, 1),
     )
-    sol = solve_modes(M, Q, equalities, narrowed.contacts, part, scales)
+    sol = solve_modes(M, Q, equalities, narrowed.contacts, part, scales, kernel)
     return _widen(sol, contacts, index)._replace(solvable=sol.solvable & ~narrowed.overflow)
 
 
@@ -141,13 +143,14 @@ def select_in(
     differentiable: bool = True,
     slack: Float[ArrayLike, "*k"] = 0.0,
     held: Bool[Array, " k"] | None = None,
+    kernel: ContactKernel | None = None,
 ) -> tuple[Modes, ContactSolution, Bool[Array, ""]]:
     """`select_modes` over the candidates alone (all contacts where they fit in `capacity`):
     the others stay open. Not converged where more candidates touch than fit."""
     k, n = contacts.size, Q.shape[0]
     size = capacity(k, n)
     if size == k:
-        return select_modes(M, Q, equalities, contacts, candidates, slipping, differentiable, slack, held)
+        return select_modes(M, Q, equalities, contacts, candidates, slipping, differentiable, slack, held, kernel)
     narrowed = _narrow(contacts, candidates, size)
     index, valid = narrowed.index, narrowed.valid
     held = jnp.zeros(k, bool) if held is None else held
@@ -162,5 +165,6 @@ def select_in(
         differentiable,
         _part(slack, index, valid, 0),
         _part(held, index, valid, False),
+        kernel,
     )
     return _widen_modes(modes, index, k), _widen(sol, contacts, index), converged & ~narrowed.overflow

@@ -10,6 +10,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from ._arrays import as_inexact
+from ._backends._backend import AbstractBackend, AutoBackend
 from ._events import simulate_events, warn_if_started_inside
 from ._jit import jit
 from ._projection import drift_step
@@ -43,6 +44,7 @@ def simulate(
     project: bool = False,
     throw: bool = True,
     progress_meter: diffrax.AbstractProgressMeter | None = None,
+    backend: AbstractBackend = AutoBackend(),
 ) -> Solution:
     """Integrate `M q̈ = Q + Qᶜ` from `(q0, qd0)` at `t0` to `t1`.
 
@@ -53,10 +55,9 @@ def simulate(
     times: a mass matrix that stops being positive definite, dependent rows under
     `method="cholesky"` and a non-finite acceleration stop the solve where they occur;
     inconsistent constraints are reported at the end. A robot tree (a
-    [`ukjax.models.RigidBodyTree`][] under equality constraints, driven or not) runs on a
-    compiled C++ kernel on CPUs, once per batch under `jax.vmap` (built on first use with
-    `g++`; `UKJAX_KERNELS=0` chooses the XLA route; "Batches and devices" on the documentation
-    site); its derivatives come from the XLA route.
+    [`ukjax.models.RigidBodyTree`][] under equality constraints, limits and contacts, driven or
+    not) runs on a compiled C++ kernel by default (`backend`), once per batch under `jax.vmap`;
+    its derivatives come from the XLA route.
 
     **Arguments:**
 
@@ -87,6 +88,9 @@ def simulate(
       constraints' second derivative exactly, so the drift is the integrator's error alone:
       small on slow mechanisms, growing with a fast one's speed and the run's length.
     - `throw`: raise a `RuntimeError` on failure; pass `False` under `vmap` and read `status`.
+    - `backend`: where the accelerations are computed: [`ukjax.AutoBackend`][] (the default:
+      the compiled tree kernel where it covers the system and runs, else XLA; the pick is in
+      `Solution.backend`), [`ukjax.TreeKernel`][] or [`ukjax.XLABackend`][].
     - `progress_meter`: e.g. `diffrax.TqdmProgressMeter()` (a host callback in the program,
       which JAX's persistent compilation cache then does not keep).
 
@@ -140,6 +144,10 @@ def simulate(
             "(ukjax.Forced)."
         )
     solver = diffrax.Tsit5() if solver is None else solver
+    if not isinstance(backend, AbstractBackend):
+        raise TypeError(f"backend must be a ukjax backend (ukjax.AutoBackend(), ...), got {type(backend).__name__}.")
+    backend = backend.select(system, q0.dtype, jax.default_backend())
+    system = backend.bind(system, q0.dtype, jax.default_backend())
     adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint
     loop_kind(adjoint)  # one of the two, said before tracing
     arguments = (
@@ -182,7 +190,7 @@ def simulate(
         raise RuntimeError(MESSAGES[Status(int(solution.status))])
     warn_if_started_inside(solution, atol, system, t0, q0, qd0)
     warn_if_started_off(solution, q0, qd0, t0, rtol, atol)
-    return solution
+    return eqx.tree_at(lambda s: s.backend, solution, backend, is_leaf=lambda x: x is None)
 
 
 def _check_fixed_step(t0: float, t1: float, dt0: float) -> None:

@@ -121,6 +121,8 @@ class Solution(eqx.Module):
     - `contacts`: for a system with unilateral constraints, a [`ukjax.ContactRecord`][]
       (gaps, modes and forces at the saved times, the events and their impulses, the
       largest penetration); None otherwise.
+    - `backend`: the backend the run took (`AutoBackend` reports its pick: an
+      [`ukjax.XLABackend`][] or a [`ukjax.TreeKernel`][]).
     """
 
     ts: Float[Array, " k"]
@@ -131,6 +133,7 @@ class Solution(eqx.Module):
     status: Int[Array, ""]
     stats: dict
     contacts: ContactRecord | None = None
+    backend: eqx.Module | None = None
 
     @property
     def success(self) -> Array:

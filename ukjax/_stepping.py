@@ -16,7 +16,7 @@ from jaxtyping import Array, PyTree
 
 from ._core import UKSolution, sqrt_eps
 from ._projection import drift_step
-from ._robots import kernels
+from ._backends import _tree_kernel as kernels
 from ._solution import FATAL, HEALTH
 from ._systems import contact_level, solve_levels
 from ._unilateral import ContactSolution, ContactState, contact_state, sliding_now

@@ -16,6 +16,7 @@ from ._animate import Sketch, join
 from ._arrays import as_inexact
 from ._constraints import AbstractConstraint, Baumgarte, ConstraintRows, stack_rows
 from ._core import Method, UKSolution, check_method, check_shapes, free_solve, uk_solve
+from ._backends._contact_kernel import ContactKernel
 from ._narrow import select_in, solve_in
 from ._projection import Projection, project
 from ._unilateral import (
@@ -41,12 +42,15 @@ class ConstraintLevel(NamedTuple):
     - `method`: the pseudo-inverse route of this solve.
     - `contacts`: the unilateral constraints solved with these rows (the last level's only),
       or None.
+    - `kernel`: the compiled contact solve the contacts are solved on (set by a backend), or
+      None: XLA's.
     """
 
     rows: ConstraintRows
     nonideal: Float[Array, " n"] | None
     method: Method
     contacts: ContactRows | None = None
+    kernel: ContactKernel | None = None
 
 
 class Dynamics(NamedTuple):
@@ -80,12 +84,13 @@ def solve_contacts(M, Q, level: ConstraintLevel, modes: Modes | None = None, dif
     if level.nonideal is not None:
         Q = Q + level.nonideal  # the U-K non-ideal term is this force's share off the rows
     if modes is None:
+        slipping = contacts.tangent.phid.reshape(-1, 2)
         return select_in(
-            M, Q, level.rows, contacts, candidates(contacts), contacts.tangent.phid.reshape(-1, 2), differentiable
+            M, Q, level.rows, contacts, candidates(contacts), slipping, differentiable, kernel=level.kernel
         )
     # at given modes nothing asks for the contacts' scales (the events' values are relative to
     # the scales at the stretch's start)
-    sol = solve_in(M, Q, level.rows, contacts, modes, scales=False)
+    sol = solve_in(M, Q, level.rows, contacts, modes, scales=False, kernel=level.kernel)
     return modes, sol, sol.solvable
 
 
@@ -367,6 +372,7 @@ def merge(levels: Sequence[ConstraintLevel], method: Method) -> ConstraintLevel:
         functools.reduce(jnp.add, nonideal) if nonideal else None,
         method,
         concatenate([level.contacts for level in levels]),
+        next((level.kernel for level in levels if level.kernel is not None), None),
     )
 
 
@@ -400,6 +406,7 @@ class ConstrainedSystem(AbstractSystem):
     nonideal: Callable | None
     method: Method = eqx.field(static=True)
     sequential: bool = eqx.field(static=True)
+    contact_kernel: ContactKernel | None
 
     def __init__(
         self,
@@ -433,6 +440,7 @@ class ConstrainedSystem(AbstractSystem):
         self.nonideal = nonideal
         self.method = method
         self.sequential = sequential
+        self.contact_kernel = None  # XLA's contact solve, until a backend binds the system
 
     @property
     def num_coordinates(self) -> int:
@@ -473,7 +481,7 @@ class ConstrainedSystem(AbstractSystem):
     def _with_own(self, inner: tuple[ConstraintLevel, ...], t, q, qd) -> tuple[ConstraintLevel, ...]:
         """The inner levels with these constraints joined to the last one (or after it)."""
         c = None if self.nonideal is None else jnp.asarray(self.nonideal(t, q, qd))
-        own = ConstraintLevel(self.rows(t, q, qd), c, self.method, self.contact_rows(t, q, qd))
+        own = ConstraintLevel(self.rows(t, q, qd), c, self.method, self.contact_rows(t, q, qd), self.contact_kernel)
         if inner and inner[-1].contacts is not None and self.sequential:
             raise ValueError(
                 "A sequential ConstrainedSystem cannot wrap unilateral constraints: contacts are "

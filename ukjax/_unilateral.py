@@ -19,7 +19,6 @@ law.
 """
 
 import abc
-import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -29,9 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, Real
 
-from . import _linalg as la, _native
+from . import _linalg as la
+from ._backends._contact_kernel import ContactKernel
+from ._contact_algebra import dense_solve
 from ._arrays import as_inexact
-from ._core import mass_check
 from ._constraints import AbstractConstraint, ConstraintRows, _as_rows, _jacobian, _time_derivative, holonomic_rows
 
 # The modes of a contact.
@@ -268,6 +268,7 @@ def solve_modes(
     contacts: ContactRows,
     modes: Modes,
     scales: bool = True,
+    kernel: ContactKernel | None = None,
 ) -> ContactSolution:
     """`M x = Q + Aᵀλ + friction`, `A x = b` over the equality rows and the rows the modes
     close, solved exactly (module docstring).
@@ -281,6 +282,8 @@ def solve_modes(
     - `scales`: whether to evaluate `scale` (the modes' search needs it; NaN without). The
       open contacts' rows enter the solve only for it: on Cassie standing, its 32 open limits
       are 32 of the 60 columns of the kernel's substitutions.
+    - `kernel`: the compiled solve to run it on (a level's, as a backend set it), or None:
+      XLA's.
 
     **Returns:**
 
@@ -299,10 +302,10 @@ def solve_modes(
     At = contacts.tangent.A.reshape(k, 2, -1)
     K = jnp.einsum("kdn,kd->nk", At, modes.direction) * jnp.where(slide, contacts.friction, 0)
     arguments = (M, Q, rows, jnp.where(closing, b, 0), closing.astype(Q.dtype), K, slide.astype(Q.dtype))
-    if all(compiled(x.dtype, jax.default_backend()) for x in arguments):
-        x, force, lam, lam_slide, mobility, free, health = _native_solve(*arguments, p, scales)
+    if kernel is not None:
+        x, force, lam, lam_slide, mobility, free, health = kernel.solve(*arguments, p, scales)
     else:
-        x, force, lam, lam_slide, mobility, free, health = _dense_solve(*arguments, p)
+        x, force, lam, lam_slide, mobility, free, health = dense_solve(*arguments, p)
     inconsistency, mass_ok, pivot = health
     solvable = jnp.all(jnp.isfinite(lam_slide)) & (pivot > PIVOT_FLOOR)
     normal = jnp.where(closed, lam[p : p + k], 0)
@@ -330,100 +333,6 @@ def unilaterals(system) -> list[AbstractUnilateral]:
     """The unilateral constraints anywhere in `system`, read from its structure (no trace)."""
     unilateral = lambda x: isinstance(x, AbstractUnilateral)  # noqa: E731
     return [x for x in jax.tree.leaves(system, is_leaf=unilateral) if unilateral(x)]
-
-
-def compiled(dtype, platform: str) -> bool:
-    """Whether the contact solve at fixed modes runs on its compiled kernel (`_contact_solve.h`)
-    for arrays of `dtype` on `platform` (`"cpu"` or `"gpu"`, as `jax.default_backend()` names
-    them): float64, the kernels not turned off (`UKJAX_KERNELS=0`) and built for the platform
-    (on a GPU one thread a state)."""
-    return jnp.dtype(dtype) == jnp.float64 and _native.enabled() and _native.built_for(platform)
-
-
-def _dense_solve(
-    M: Float[Array, "n n"],
-    Q: Float[Array, " n"],
-    rows: Float[Array, "P n"],
-    b: Float[Array, " P"],
-    closing: Float[Array, " P"],
-    K: Float[Array, "n k"],
-    slide: Float[Array, " k"],
-    p: int,
-):
-    """The linear algebra of `solve_modes` (its docstring): `M x = Q + Aᵀλ + K λₛ` with
-    `A x = b` over the rows that `closing` selects (`b` zero elsewhere), `λₛ` the normal
-    forces of the sliding contacts (`slide`), whose normal rows start at row `p`.
-
-    **Returns:**
-
-    `(x, force, λ, λₛ, mobility, free, health)`: `force = M x − Q`; per contact the inverse
-    effective mass of its normal row and its rate `Aₙ M⁻¹ Q`; `health` the inconsistency,
-    1.0 where `M` is a mass matrix (0.0 elsewhere) and the sliding coupling's smallest pivot.
-    """
-    k = slide.shape[0]
-    # Loops, not the unrolled kernels: a simulation with contacts holds this solve in seven
-    # places (the rates, the event values, the impacts and the modes' search at each level),
-    # and unrolled they doubled its compile time (a sphere on a plane: 34 s → 21 s of XLA).
-    # One forward and one backward substitution for every right-hand side: each is a loop.
-    unroll = False
-    L = la.cholesky(M, unroll)
-    W = la.solve_lower(L, jnp.concatenate([Q[:, None], rows.T, K], axis=1), unroll=unroll)
-    c, every, Y = W[:, 0], W[:, 1 : 1 + rows.shape[0]].T, W[:, 1 + rows.shape[0] :]  # L⁻¹ Q, A L⁻ᵀ, L⁻¹ K
-    B = jnp.where(closing[:, None] > 0, every, 0)
-    e = b - B @ c  # b − A M⁻¹ Q
-    Z, Lam = la.pinv_solve_multipliers(B, jnp.concatenate([e[:, None], B @ Y], axis=1), unroll)
-    coupling = jnp.eye(k, dtype=Q.dtype) - slide[:, None] * Lam[p : p + k, 1:] * slide[None, :]
-    lam_slide, pivot = la.solve_square(coupling, slide * Lam[p : p + k, 0])
-    z = Z[:, 0] + Z[:, 1:] @ lam_slide
-    v = z - Y @ lam_slide
-    # as `uk_solve` measures it: B z = e with the sliding friction's share in e
-    target = e + B @ Y @ lam_slide
-    scale = jnp.linalg.norm(target) + jnp.linalg.norm(B) * jnp.linalg.norm(z)
-    inconsistency = jnp.linalg.norm(B @ z - target) / jnp.where(scale > 0, scale, 1)
-    normal = every[p : p + k]  # Aₙ L⁻ᵀ
-    return (
-        la.solve_lower(L, c + v, transpose=True, unroll=unroll),
-        L @ v,
-        Lam[:, 0] + Lam[:, 1:] @ lam_slide,
-        lam_slide,
-        jnp.sum(normal**2, axis=1),
-        normal @ c,
-        jnp.stack([inconsistency, mass_check(M, L).astype(Q.dtype), pivot]),
-    )
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(7, 8))
-def _native_solve(M, Q, rows, b, closing, K, slide, p, scales):
-    """`_dense_solve` by the compiled kernel (`_contact_solve.h`), its derivatives from
-    `_dense_solve`."""
-    n, P, k = Q.shape[-1], b.shape[-1], slide.shape[-1]
-    batch = Q.shape[:-1]
-    shape = lambda *s: jax.ShapeDtypeStruct((*batch, *s), Q.dtype)  # noqa: E731
-    return jax.ffi.ffi_call(
-        _native.CONTACT_SOLVE,
-        (shape(n), shape(n), shape(P), shape(k), shape(k), shape(k), shape(3)),
-        vmap_method="broadcast_all",
-    )(
-        M,
-        Q,
-        rows,
-        b,
-        closing,
-        K,
-        slide,
-        p=np.int64(p),
-        scales=np.int64(scales),
-        floor=np.float64(la.rank_tolerance(P, Q.dtype)),
-        cut=np.float64(la.negligible(P, n, Q.dtype)),
-        well=np.float64(la.WELL_CONDITIONED),
-        space=np.int64(_native.SPACE),
-    )
-
-
-@_native_solve.defjvp
-def _native_solve_jvp(p, scales, primals, tangents):
-    _, derivatives = jax.jvp(lambda *a: _dense_solve(*a, p), primals, tangents)
-    return _native_solve(*primals, p, scales), derivatives
 
 
 def inverse_masses(L: Float[Array, "n n"], A: Float[Array, "p n"]) -> Float[Array, " p"]:
@@ -456,6 +365,7 @@ def select_modes(
     differentiable: bool = True,
     slack: Float[ArrayLike, "*k"] = 0.0,
     held: Bool[Array, " k"] | None = None,
+    kernel: ContactKernel | None = None,
 ) -> tuple[Modes, ContactSolution, Bool[Array, ""]]:
     """The modes that solve the complementarity problem among `candidates` (the contacts
     touching, and not separating), starting from all of them closed, by changing the
@@ -478,6 +388,7 @@ def select_modes(
       slip by less than the integration's drift.
     - `held`: candidates that stay closed whatever the sign of their normal force (default
       none): at an impact, the contacts that would leave too slowly to matter (`_transition`).
+    - `kernel`: as for `solve_modes`.
 
     **Returns:**
 
@@ -567,12 +478,12 @@ def select_modes(
         modes, sol, shared, count = state
         new, shared = step(modes, sol, shared, count > 2 * k + 1)
         modes = jax.tree.map(lambda new, old: jnp.where(count == 0, old, new), new, modes)
-        return modes, solve_modes(*fixed, modes), shared & (count > 0), count + 1
+        return modes, solve_modes(*fixed, modes, kernel=kernel), shared & (count > 0), count + 1
 
-    placeholder = jax.tree.map(jnp.zeros_like, jax.eval_shape(solve_modes, *fixed, start))
+    placeholder = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda *a: solve_modes(*a, kernel=kernel), *fixed, start))
     modes, sol, _, _ = jax.lax.while_loop(cond, body, (start, placeholder, jnp.array(False), 0))
     if differentiable:
-        sol = solve_modes(M, Q, equalities, contacts, modes)
+        sol = solve_modes(M, Q, equalities, contacts, modes, kernel=kernel)
     converged = ~jnp.any(violations(sol, modes) > 0) & sol.solvable
     return modes, sol, converged
 

@@ -10,6 +10,7 @@ the tree itself. The acceleration is that of the auxiliary system `M + γAᵀA`,
 over the norm rows (Udwadia & Phohomsiri 2006: the same motion wherever `[M; A]` has full
 column rank), so no special solver is needed."""
 
+import abc
 from collections.abc import Sequence
 
 import equinox as eqx
@@ -31,6 +32,20 @@ from .spatial import mv, put
 # not enter the motion (rotations use u/‖u‖), so holding it costs no accuracy, and a rate of
 # 10/s stays far inside any explicit solver's stability region at mechanical step sizes.
 NORM_GAINS = (20.0, 100.0)
+
+
+class AbstractTreeRoute(eqx.Module):
+    """Where a tree's `M`, `Q` and the bodies' motion are computed, when not in XLA: set on
+    the tree by a backend ([`ukjax.TreeKernel`][]'s `bind`), read by `dynamics` and the rows
+    of loops and contacts. A tree holds None (XLA) unless a backend bound it."""
+
+    @abc.abstractmethod
+    def mass_and_forces(self, tree: "RigidBodyTree", q: Float[Array, " n"], qd: Float[Array, " n"]):
+        """`M` and `Q` of `RigidBodyTree.dynamics`, its quaternions' norm rows folded in."""
+
+    @abc.abstractmethod
+    def motion(self, tree: "RigidBodyTree", q: Float[Array, " n"], qd: Float[Array, " n"]):
+        """The kinematics at `q` and the bodies' motion at `(q, q̇)` (`algorithms.motion`)."""
 
 
 class RigidBodyTree(AbstractUnconstrainedSystem):
@@ -110,6 +125,7 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
     tendon_damping: Float[Array, " t"]
     tendon_armature: Float[Array, " t"]
     tendon_lengthspring: Float[Array, "t 2"]
+    route: AbstractTreeRoute | None
 
     def __init__(
         self,
@@ -209,6 +225,7 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         self.tendon_lengthspring = (
             jnp.zeros((t, 2), self.masses.dtype) if tendon_lengthspring is None else as_inexact(tendon_lengthspring)
         )
+        self.route = None  # XLA, until a backend binds the tree (`AbstractTreeRoute`)
         expected = {
             "body_positions": (b, 3),
             "body_rotations": (b, 3, 3),
@@ -284,11 +301,11 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
 
     def _motion(self, q, qd) -> tuple[Kinematics, tuple[Float[Array, "b 6"], Float[Array, "b 6"]]]:
         """The kinematics at `q` and the bodies' motion at `(q, q̇)` (`algorithms.motion`), what
-        rows are built from: where the tree's dynamics run on the compiled kernel, from the
-        same call (`kernels.motion`)."""
-        from . import kernels  # which imports this module
-
-        return kernels.motion(self, q, qd)
+        rows are built from: in XLA, or by the route a backend bound the tree to."""
+        if self.route is not None:
+            return self.route.motion(self, q, qd)
+        kin = self.kinematics(q)
+        return kin, algorithms.motion(self, kin, qd)
 
     # The three conversions below are compiled as one program each: op by op, each of their
     # operations compiles on its own (0.6 s of importing a four-bar file went to `velocity_map`).
@@ -405,9 +422,10 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         return (ConstraintLevel(self.norm_rows(q, qd), None, "svd"),) if self._quaternions() else ()
 
     def dynamics(self, t, q, qd):
-        from . import kernels  # which imports this module
-
-        M, Q = kernels.mass_and_forces(self, q, qd)
+        if self.route is not None:
+            M, Q = self.route.mass_and_forces(self, q, qd)
+        else:
+            M, Q = self._mass_and_forces(q, qd, self.kinematics(q))
         if not self._quaternions():
             return Dynamics(M, Q, ())
         return Dynamics(M, Q, (ConstraintLevel(self.norm_rows(q, qd), None, "svd"),))

@@ -1,25 +1,14 @@
-"""The U-K solve of rigid-body trees as one compiled call.
+"""The U-K solve of rigid-body trees as one compiled call (`native/kernels.cc`), the batch as
+the minor axis of every value, where XLA runs a tree's algorithms as hundreds of small kernels
+with the batch on the slow axis (`benchmarks/tree_profile.py`, `benchmarks/gpu.py`).
 
-XLA CPU runs a tree's algorithms as hundreds of small kernels whose intermediates go through
-memory, with the batch on the slow axis (measured on a prototype, 2026-11-25: Cassie's
-acceleration 59–67 µs per member under `vmap`, the machine's arithmetic allows 1–2).
-`kernels.cc` computes the whole solve of a tree for `B` states in one XLA FFI call, the batch
-as the minor axis of every value: 4–7 µs per member on Cassie. What it does not model is
-evaluated in XLA and handed to it (`covered`). A tree's `M` and `Q` alone come from it too
-(`mass_and_forces`, `RigidBodyTree.dynamics`), with the kinematics and the bodies' motion
-they were computed from (`motion`), which the rows of loops and contacts read: a system with
-contacts solves its rows with the contact solve's kernel, and took 34 µs per state on
-Cassie's `M` and `Q` in XLA. Between events a tree with joint limits and spheres on planes
-takes its whole acceleration in given modes from one call (`in_modes`): the rows, the sliding
-directions and the contact solve (`_contact_solve.h`) in C++.
-
-The same source is built for an NVIDIA GPU with CUDA's compiler, the solve and the contact
-dynamics, one thread per member (the solve on an H200, 2026-11-27: see `benchmarks/gpu.py`).
-It is built by `_native` (once per machine and source), and runs wherever `simulate` solves a
-covered system in float64 on a CPU or an NVIDIA GPU: one call per state, and under `jax.vmap`
-(`simulate_batch`) one per batch. Derivatives, members with parameters of their own, other
-devices and a machine without a compiler take the XLA route (`system.solve`).
-`UKJAX_KERNELS=0` chooses the XLA route for the programs traced after it is set.
+What the kernel does not model is evaluated in XLA and handed to it (`covered`). It gives a
+tree's whole solve (`solve`), its `M` and `Q` alone with the kinematics and bodies' motion the
+rows of loops and contacts read (`TreeKernelRoute`), and between events a tree's whole
+acceleration under joint limits and spheres on planes in given modes (`in_modes`). It runs for
+the systems a backend bound to it (`TreeKernel.bind`), in float64 on a CPU or an NVIDIA GPU:
+one call per state, under `jax.vmap` one per batch. Derivatives and members with parameters of
+their own take the XLA route.
 """
 
 from typing import NamedTuple
@@ -34,7 +23,7 @@ from .._constraints import AbstractConstraint, Baumgarte, stack_rows
 from .._core import UKSolution
 from .._linalg import WELL_CONDITIONED, negligible, rank_tolerance
 from .._narrow import solve_in
-from .._native import LANES, SPACE, TAIL, TREE_CONTACTS, built_for, dynamics_target, enabled, tree_target
+from ._build import LANES, SPACE, TAIL, TREE_CONTACTS, built_for, dynamics_target, tree_target
 from .._systems import AbstractSystem, ConstrainedSystem, Forced
 from .._unilateral import (
     PIVOT_FLOOR,
@@ -47,12 +36,12 @@ from .._unilateral import (
     contact_state,
     sliding_now,
 )
-from .actuators import Actuated
-from .contacts import JointLimits, PlaneContacts, tangent_basis
-from .equalities import Connect
-from . import algorithms
-from .joints import Kinematics
-from .tree import NORM_GAINS, RigidBodyTree
+from .._robots.actuators import Actuated
+from .._robots.contacts import JointLimits, PlaneContacts, tangent_basis
+from .._robots.equalities import Connect
+from .._robots import algorithms
+from .._robots.joints import Kinematics
+from .._robots.tree import NORM_GAINS, AbstractTreeRoute, RigidBodyTree
 
 _KINDS = {"hinge": 0, "slide": 1, "ball": 2, "free": 3}
 
@@ -121,20 +110,18 @@ def _outside(parts: Parts, t, q, qd):
     return total, rows.A, rows.b if parts.stabilization is None else parts.stabilization.apply(rows)
 
 
-def runs(system, dtype, platform: str = "cpu") -> Parts | None:
-    """`covered(system)` where the kernel runs for it with states of `dtype` on `platform`
-    (`"cpu"` or `"gpu"`, as `jax.default_backend()` names them): every array of the system and
-    the states in float64, the kernel not turned off (`UKJAX_KERNELS=0`) and built for the
-    platform."""
+def runs(system) -> Parts | None:
+    """`covered(system)` where its tree is bound to the kernel (`TreeKernel.bind`), else None."""
     parts = covered(system)
-    return parts if parts is not None and _built(system, dtype, platform) else None
+    return parts if parts is not None and isinstance(parts.tree.route, TreeKernelRoute) else None
 
 
-def _built(system, dtype, platform: str) -> bool:
-    """Every array of `system` and states of `dtype` in float64, the kernels not turned off
-    (`UKJAX_KERNELS=0`) and built for `platform`."""
+def can_run(system, dtype, platform: str) -> bool:
+    """Whether the kernels run for `system` with states of `dtype` on `platform` (`"cpu"` or
+    `"gpu"`, as `jax.default_backend()` names them): every array of the system and the states
+    in float64, and the kernels built for the platform (on first use)."""
     dtypes = {x.dtype for x in jax.tree.leaves(system) if eqx.is_inexact_array(x)} | {jnp.dtype(dtype)}
-    return dtypes == {jnp.dtype(jnp.float64)} and enabled() and built_for(platform)
+    return dtypes == {jnp.dtype(jnp.float64)} and built_for(platform)
 
 
 def _structure(tree: RigidBodyTree, connects: tuple[Connect, ...]) -> np.ndarray:
@@ -265,7 +252,7 @@ def _ffi(target, shapes, parts: Parts, q, qd, outside, lanes, space, extra=(), *
     if outside is None:
         outside = (jnp.zeros_like(q), jnp.zeros((B, 0, n), q.dtype), jnp.zeros((B, 0), q.dtype))
     if lanes is None:
-        lanes = LANES if B > 1 and jax.default_backend() == "cpu" else 1
+        lanes = LANES if B > 1 and parts.tree.route.platform == "cpu" else 1
     multiple = TAIL if lanes > 1 else 1
     size = -(-B // multiple) * multiple
     q, qd, *outside = (jnp.concatenate([x, jnp.repeat(x[-1:], size - B, 0)]) for x in (q, qd, *outside))
@@ -376,10 +363,10 @@ def _solve_jvp(primals, tangents):
 
 
 def solve(system, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> UKSolution:
-    """`system.solve(t, q, qd)`, by the compiled kernel where it runs for `system` (`runs`) on
-    the default backend, a CPU or an NVIDIA GPU: for one state, and under `jax.vmap` once for
-    the whole batch. Derivatives come from the XLA route."""
-    if qd.dtype != q.dtype or runs(system, q.dtype, jax.default_backend()) is None:
+    """`system.solve(t, q, qd)`, by the compiled kernel where `system` is bound to it
+    (`runs`): for one state, and under `jax.vmap` once for the whole batch. Derivatives come
+    from the XLA route."""
+    if qd.dtype != q.dtype or runs(system) is None:
         return system.solve(t, q, qd)
     acceleration, force, (inconsistency, fault) = _solve(system, t, q, qd)
     return UKSolution(acceleration, force, inconsistency, fault == 0, jnp.array(True))
@@ -406,34 +393,34 @@ def _dynamics_jvp(primals, tangents):
     return _dynamics(*primals), tangent
 
 
-def _on_kernel(tree: RigidBodyTree, q, qd) -> bool:
-    return qd.dtype == q.dtype and jax.default_backend() == "cpu" and runs(tree, q.dtype) is not None
+class TreeKernelRoute(AbstractTreeRoute):
+    """A tree's `M`, `Q` and motion by the compiled kernel (`UkTreeDynamics`) on a CPU: for one
+    state, and under `jax.vmap` once for the whole batch; derivatives from the XLA route
+    (`RigidBodyTree._mass_and_forces`). Set on a tree by `TreeKernel.bind`: a system without
+    contacts takes its whole solve from the kernel (`solve`), one with contacts or limits,
+    whose rows the contact solve takes, its `M` and `Q` from here. On a GPU (`platform`), the
+    solve and the contact dynamics run on the kernel, `M` and `Q` alone in XLA."""
 
+    platform: str = eqx.field(static=True)
 
-def mass_and_forces(tree: RigidBodyTree, q: Float[Array, " n"], qd: Float[Array, " n"]):
-    """`RigidBodyTree.dynamics`' `M` and `Q` (its quaternions' norm rows folded in), by the
-    compiled kernel where it runs for the tree on a CPU (`runs`): for one state, and under
-    `jax.vmap` once for the whole batch. Derivatives come from the XLA route
-    (`RigidBodyTree._mass_and_forces`). A system without contacts takes its whole solve from
-    the kernel (`solve`); one with contacts or limits, whose rows the contact solve takes, its
-    `M` and `Q` from here."""
-    if not _on_kernel(tree, q, qd):
-        return tree._mass_and_forces(q, qd, tree.kinematics(q))
-    return _dynamics(tree, q, qd)[:2]
+    def _on_kernel(self, q, qd) -> bool:
+        return qd.dtype == q.dtype and self.platform == "cpu"
 
+    def mass_and_forces(self, tree, q, qd):
+        if not self._on_kernel(q, qd):
+            return tree._mass_and_forces(q, qd, tree.kinematics(q))
+        return _dynamics(tree, q, qd)[:2]
 
-def motion(tree: RigidBodyTree, q: Float[Array, " n"], qd: Float[Array, " n"]) -> tuple[Kinematics, tuple]:
-    """The kinematics at `q` and the bodies' motion at `(q, q̇)` (`algorithms.motion`), what
-    the rows of loops and contacts are built from: where `mass_and_forces` runs on the kernel,
-    from the same call (XLA merges the identical calls of one program: the dynamics and every
-    family of rows share one evaluation), else in XLA. Under `vmap` in XLA: a batch of rows
-    alone (the gaps at 25 001 saves of a bouncing ball) costs less there than the kernel's
-    whole dynamics of each state (0.20 s against 0.37 s for its 16 members)."""
-    if not _on_kernel(tree, q, qd):
-        kin = tree.kinematics(q)
-        return kin, algorithms.motion(tree, kin, qd)
-    _, _, rotations, positions, twists, V, A = _dynamics(tree, q, qd, False)
-    return Kinematics(rotations, positions, twists), (V, A)
+    def motion(self, tree, q, qd) -> tuple[Kinematics, tuple]:
+        # From the same call as `mass_and_forces` (XLA merges the identical calls of one
+        # program: the dynamics and every family of rows share one evaluation). Under `vmap` in
+        # XLA: a batch of rows alone costs less there than the kernel's whole dynamics of each
+        # state (`_dynamics`' `batches`).
+        if not self._on_kernel(q, qd):
+            kin = tree.kinematics(q)
+            return kin, algorithms.motion(tree, kin, qd)
+        _, _, rotations, positions, twists, V, A = _dynamics(tree, q, qd, False)
+        return Kinematics(rotations, positions, twists), (V, A)
 
 
 def contacts_covered(system) -> tuple[Parts, tuple[JointLimits | PlaneContacts, ...]] | None:
@@ -490,7 +477,7 @@ def _xla_in_modes(system, t, q, qd, modes: Modes, rest):
     d = system.dynamics(t, q, qd)
     level = d.levels[-1]
     turned = sliding_now(modes, level.contacts, rest)
-    sol = solve_in(d.M, d.Q, level.rows, level.contacts, turned, scales=False)
+    sol = solve_in(d.M, d.Q, level.rows, level.contacts, turned, scales=False, kernel=level.kernel)
     state = contact_state(level.contacts)
     health = jnp.stack([sol.inconsistency, sol.mass_ok.astype(q.dtype), sol.solvable.astype(q.dtype)])
     return sol.x, sol.constraint_force, sol.normal, sol.tangent, sol.rate, health, state
@@ -563,12 +550,11 @@ def _in_modes_jvp(primals, tangents):
     return _in_modes(*primals), tangent
 
 
-def contacts_run(system, dtype, platform: str = "cpu") -> bool:
-    """Whether `in_modes` runs on the kernel for `system` with states of `dtype` on `platform`
-    (`"cpu"` or `"gpu"`, as `jax.default_backend()` names them): `contacts_covered(system)`,
-    every array of the system and the states in float64, the kernels not turned off
-    (`UKJAX_KERNELS=0`) and built for the platform."""
-    return contacts_covered(system) is not None and _built(system, dtype, platform)
+def contacts_run(system) -> bool:
+    """Whether `in_modes` runs on the kernel for `system`: `contacts_covered(system)`, its tree
+    bound to the kernel (`TreeKernel.bind`)."""
+    covered = contacts_covered(system)
+    return covered is not None and isinstance(covered[0].tree.route, TreeKernelRoute)
 
 
 def in_modes(
@@ -580,7 +566,7 @@ def in_modes(
     the kernels built for it), else None. Cassie standing: one call where XLA ran some 230
     small kernels around the tree kernel's `M`, `Q` and the contact solve's. Under `vmap` one
     call for the batch (on a GPU a thread a member); derivatives from the XLA route."""
-    if qd.dtype != q.dtype or not contacts_run(system, q.dtype, jax.default_backend()):
+    if qd.dtype != q.dtype or not contacts_run(system):
         return None
     x, force, normal, tangent, rate, (inconsistency, mass_ok, solvable), state = _in_modes(
         system, t, q, qd, modes, rest

@@ -1,8 +1,8 @@
 """ukjax's compiled C++ kernels: built once per machine and source with the system's C++
 compiler (`CXX`, default `g++`) into `~/.cache/ukjax/kernels` (`XDG_CACHE_HOME` moves it), and
 registered as XLA FFI targets for the CPU; all but `M` and `Q` alone also with CUDA's compiler
-for an NVIDIA GPU (`built_cuda`), where JAX runs on one. `UKJAX_KERNELS=0` turns them off for
-the programs traced after it is set.
+for an NVIDIA GPU (`built_cuda`), where JAX runs on one. Which programs call them is the
+backends' choice (`_backend`); `UKJAX_KERNELS=0` at import makes `AutoBackend` choose XLA.
 
 - `_robots/kernels.cc`: the U-K solve of a rigid-body tree (`_robots/kernels.py`), its `M`
   and `Q` alone, and its contact dynamics in given modes (`kernels.in_modes`), built for chunks
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import jax
 
-_SOURCES = (Path(__file__).with_name("_robots") / "kernels.cc",)
-_HEADER = Path(__file__).with_name("_contact_solve.h")  # included by kernels.cc
+_NATIVE = Path(__file__).with_name("native")
+_SOURCES = (_NATIVE / "kernels.cc",)  # one unit; the headers beside it, which it includes
 # `C` and `TAIL` in kernels.cc: a batch runs in chunks of `LANES` states, what is left in chunks
 # of `TAIL`, to which it is padded (`benchmarks/arm_batches.py`). One state runs on a build of
 # one lane.
@@ -40,6 +40,9 @@ TREE_CONTACTS = "ukjax_tree_contacts"
 # most: Cassie's 33 120 bytes a member make slices of some 64 000 members, past the 32 768 at
 # which its throughput on an H200 stopped growing
 SPACE = 1 << 31
+# `AutoBackend`'s default, read once at import: `UKJAX_KERNELS=0` keeps it on XLA (a machine
+# without a C++ compiler, or the routes compared from the command line).
+KERNELS_DEFAULT = os.environ.get("UKJAX_KERNELS", "1") != "0"
 
 
 def _cache_dir() -> Path:
@@ -68,7 +71,7 @@ def _processor() -> str:
 def _build(compiler: str, command: list[str], sources: tuple[Path, ...], variants: dict[str, list[str]], identity: str):
     """The libraries that `command` builds from `sources`, one per variant (its extra flags), in
     the cache (built there once per machine, sources and their header, JAX and command), loaded."""
-    text = "\0".join(source.read_text() for source in (*sources, _HEADER))
+    text = "\0".join(source.read_text() for source in (*sources, *sorted(_NATIVE.glob("*.h"))))
     key = hashlib.sha256("\0".join([text, jax.__version__, " ".join(command), identity]).encode()).hexdigest()[:16]
     directory = _cache_dir()
     libraries = {name: directory / f"kernels-{key}-{name}.so" for name in variants}
@@ -117,7 +120,7 @@ def built() -> bool:
         warnings.warn(
             f"ukjax could not build its kernels with {compiler!r} ({_reason(error)}). Robot trees and contact "
             "solves run on the XLA route, several times slower and longer to compile; set CXX to a "
-            "C++17 compiler, or UKJAX_KERNELS=0 to choose the XLA route.",
+            "C++17 compiler, or pass backend=ukjax.XLABackend() (UKJAX_KERNELS=0 before importing ukjax) to choose the XLA route.",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -194,7 +197,7 @@ def targets() -> list[str]:
     an NVIDIA GPU, for it (built first where needed; none where they do not build): a kept
     executable with calls to them (`_cache.read_program`) runs in a process where they are
     registered."""
-    if not enabled():
+    if not KERNELS_DEFAULT:
         return []
     names = []
     if built():
@@ -203,7 +206,3 @@ def targets() -> list[str]:
         names += [name for name in (tree_target(1), TREE_CONTACTS, CONTACT_SOLVE) if name not in names]
     return names
 
-
-def enabled() -> bool:
-    """Whether the kernels may run (`UKJAX_KERNELS` is not `0`)."""
-    return os.environ.get("UKJAX_KERNELS", "1") != "0"
