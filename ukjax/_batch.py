@@ -13,7 +13,7 @@ from jaxtyping import ArrayLike, Float, Real
 from ._events import warn_if_started_inside
 from ._jit import jit
 from ._backends import _tree_kernel as kernels
-from ._backends._backend import AbstractBackend, AutoBackend, TreeKernel
+from ._backends._backend import AutoBackend, TreeKernel, check_backend
 from ._simulate import DEFAULT_TOL, simulate, warn_if_started_off
 from ._solution import Solution
 from ._systems import AbstractSystem, check_state
@@ -49,11 +49,8 @@ _NUMERIC = ("ts", "rtol", "atol", "dt0")
 
 # On CPU a device simulates its members in chunks whose mass matrices take about this many
 # bytes: the loop kernels sweep over every member's matrices at each of their n steps, and a
-# batch whose matrices spill out of the cache runs at the speed of memory. Measured on 2 cores,
-# 2048 members, RK4 (M steps/s, whole batch → chunks): Cassie (n = 35) 0.0084 → 0.017 with
-# chunks of 32–64, the hand-built parallel robot (n = 12) 0.123–0.127 → 0.166–0.168 with
-# chunks of 128–256, the parallel robot's MJCF file (n = 6) 0.162 → 0.178 with chunks of 256,
-# the coordinated robots (n = 5) as fast either way. A GPU takes its whole batch at once.
+# batch whose matrices spill out of the cache runs at the speed of memory
+# (`benchmarks/throughput.py --batch 2048`). A GPU takes its whole batch at once.
 _CHUNK_BYTES = 2**18
 
 
@@ -94,10 +91,8 @@ def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh, chunk, si
             return one(eqx.combine(own, shared), q0, qd0)
 
         # one at a time without `vmap` (a device's one member too): mapped over a batch of
-        # one, every loop of the program carries the batched loops' selects. Measured on 2
-        # cores, 16 members: contacts.xml compiles in 9.9 s against 13.3-13.9 s and runs 3 %
-        # slower; the bouncing ball in 6.9 s against 10.3-10.7 s, its run 15 % slower with 2
-        # saves, as fast with 25 001.
+        # one, every loop of the program carries the batched loops' selects, and compiles a
+        # third longer (`benchmarks/contacts.py`, `ball_drop.py`).
         return jax.lax.map(member, (own, q0, qd0), batch_size=None if chunk == 1 else chunk)
 
     specs = jax.tree.map(
@@ -172,8 +167,7 @@ def simulate_batch(
     # no more devices than members: a device of padding only would cost its copy of the system
     devices = devices[:batch]
     backend = simulate_kwargs.pop("backend", AutoBackend())
-    if not isinstance(backend, AbstractBackend):
-        raise TypeError(f"backend must be a ukjax backend (ukjax.AutoBackend(), ...), got {type(backend).__name__}.")
+    check_backend(backend)
     platform = devices[0].platform
     backend = backend.select(system, q0.dtype, platform)
     system = backend.bind(system, q0.dtype, platform)
@@ -194,10 +188,8 @@ def simulate_batch(
     if platform == "cpu" and isinstance(backend, TreeKernel) and unilaterals(system):
         # With contacts and limits, one member at a time: in a batch the members step in
         # lockstep, each event pass lasting until every member's stretch has ended, and the
-        # contact kernel solves the lanes one by one, the waiting ones too. Measured on 2
-        # cores (batch against one by one): six bodies tumbling, 26-58 events a member,
-        # 29.4 s against 6.6 s; a ball bouncing, 25 001 saves, 0.45 s against 0.35 s;
-        # contacts.xml 0.53 s against 0.57 s; the ball with 2 saves 0.06 s against 0.10 s.
+        # contact kernel solves the lanes one by one, the waiting ones too
+        # (`benchmarks/tumbling.py`: four times longer in lockstep).
         chunk = 1
     elif shared and platform == "cpu" and kernels.runs(system) is not None:
         chunk = per_device  # the kernel takes the device's members in chunks of its own

@@ -33,7 +33,7 @@ def dense_solve(
     k = slide.shape[0]
     # Loops, not the unrolled kernels: a simulation with contacts holds this solve in seven
     # places (the rates, the event values, the impacts and the modes' search at each level),
-    # and unrolled they doubled its compile time (a sphere on a plane: 34 s → 21 s of XLA).
+    # and unrolled they doubled its compile time.
     # One forward and one backward substitution for every right-hand side: each is a loop.
     unroll = False
     L = la.cholesky(M, unroll)

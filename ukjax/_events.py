@@ -13,19 +13,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _linalg as la
+from ._event_values import mode_values
 from ._jit import jit
 from ._narrow import normal_rows, select_in
 from ._solution import FATAL, HEALTH, ContactRecord, Solution, Status, at_saves, final_status
 from ._stepping import Bounded, StopAtFault, events_norm, integrate, loop_kind, save_rows, solve_in_modes
 from ._systems import levels_violation, solve_levels
 from ._unilateral import (
-    CONE,
     OPEN,
-    PULL,
-    SLIDING,
-    STICKING,
     TOUCH,
-    ContactState,
     Modes,
     contact_state,
     inverse_masses,
@@ -94,51 +90,10 @@ def warn_if_started_inside(solution: Solution, atol: float, system=None, t0=None
     )
 
 
-# Event values are kept this far above zero where a mode begins: diffrax's events fire when a
-# value goes from positive to non-positive, and a mode begins where its own condition is zero
-# (a contact released at λₙ = 0, a slide started at zero slip). Gaps and slip speeds in the
-# model's units. Forces, relative to each contact's own force scale at the segment's start
-# (`ContactSolution.scale`): twice
-# what the modes' search accepts (`PULL`, `CONE`), as a value that started a segment below zero
-# would hide every event of that segment.
-_GAP_OFFSET = 1e-12
-_FORCE_OFFSET = 2.0
-# The root finder stops where the value is below 1e-14 (`FallingRoot`). Forces
-# solved through an ill-conditioned Delassus matrix (Cassie's feet and loops) carry more
-# round-off than that, and whether their events were located was luck: values are scaled so
-# that 1e-8 (m, m/s, or relative to a contact's force scale) counts as zero. A value that
-# jumps across zero still never gets there (`Status.CONTACT_UNRESOLVED`).
-_EVENT_SCALE = 1e-6
 # A sliding contact takes the direction of its slip once it slips faster than this many times
-# atol (`sliding_now`): below, the slip integrated to atol is too uncertain to give a direction.
-# A slide from rest under a turning force (F = (3, 5t) N on 1 kg, μ = 0.5), q(2 s) against
-# DOP853: at 1e-9 m/s, 2.2e-3 m off in 7.8e4 steps (atol 1e-8) and out of steps (1e-10); at
-# 1e3 atol, 2.2e-7 m in 436 steps, 2.2e-8 in 4 057, 1.1e-9 in 33 418 (atol 1e-8, 1e-10, 1e-12;
-# the direction turned below it as `SLOW_TURN` says).
+# atol (`sliding_now`): below, the slip integrated to atol is too uncertain to give a direction
+# (the slide under a turning force of `tests/test_contact_cases.py`, against DOP853).
 _SLIDE_SPEED = 1e3
-
-
-def mode_values(c: ContactState, sol, modes, force_scale):
-    """Positive while every contact's mode holds: an open contact's gap, a closed one's
-    normal force, a sticking one's margin inside the friction cone, a sliding one's slip
-    along the direction it started in. The least of them, scaled (`_EVENT_SCALE`)."""
-    slip = jnp.einsum("kd,kd->k", c.slip, modes.direction)
-    friction = c.friction > 0
-    values = [
-        jnp.where(modes.mode == OPEN, c.gap + _GAP_OFFSET, jnp.inf),
-        jnp.where(modes.mode != OPEN, sol.normal / force_scale + PULL * _FORCE_OFFSET, jnp.inf),
-        jnp.where(
-            (modes.mode == STICKING) & friction,
-            (c.friction * sol.normal - norm(sol.tangent)) / force_scale + CONE * _FORCE_OFFSET,
-            jnp.inf,
-        ),
-        jnp.where((modes.mode == SLIDING) & friction, slip + _GAP_OFFSET, jnp.inf),
-    ]
-    # where no acceleration exists (a mass matrix that is not positive definite) the values
-    # are NaN: no event, so that the fault stops the run (`StopAtFault`) and is reported,
-    # instead of every step being rejected until max_steps
-    value = _EVENT_SCALE * jnp.min(jnp.stack(values))
-    return jnp.where(jnp.isnan(value), jnp.inf, value)
 
 
 # Jitted so that its trace is cached, as the vector field's (`_stepping._rates`): it is

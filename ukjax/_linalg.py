@@ -18,17 +18,14 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-# Largest matrix side that is unrolled. Measured on the parallel robot (n = 12, p = 10): unrolled,
-# 5.0 µs per vmapped solve and 8.2 s to compile; LAPACK, 18 µs and 2.5 s. The compile time
-# across the suite decided for 8.
+# Largest matrix side that is unrolled: unrolled solves run several times faster than LAPACK's
+# under vmap and compile longer; the suite's compile time decided for 8 (`benchmarks/bench_core.py`).
 UNROLL_MAX = 8
 # Most right-hand sides (constraint rows, for `A L⁻ᵀ`) that the unrolled triangular kernels take:
-# their operations grow with this count times n², and XLA's compile time with them. Measured
-# on the parallel robot's MJCF file (n = 6, p = 6), one vmapped acceleration: 2.6–2.7 s of XLA
-# unrolled, 2.0 s with M's factor and solves in loops, the same µs per member. The
-# pseudo-inverse (`gram_factor`, `pinv_solve`) stays unrolled up to `UNROLL_MAX` on both sides:
-# in loops it compiled 0.5 s faster still, but its Cholesky route rounded nearly dependent rows
-# 3× worse (tests/test_linalg.py's 6 × 6 case: 1.4e-6 against 4.7e-7).
+# their operations grow with this count times n², and XLA's compile time with them, for no
+# speed. The pseudo-inverse (`gram_factor`, `pinv_solve`) stays unrolled up to `UNROLL_MAX` on
+# both sides: in loops its Cholesky route rounded nearly dependent rows worse
+# (`tests/test_linalg.py`'s 6 × 6 case).
 UNROLL_COLUMNS = 4
 # The one-sided Jacobi SVD converges quadratically, in 5–10 sweeps at these sizes; the cap
 # only bounds a NaN input's loop.
@@ -263,7 +260,7 @@ def _jacobi(B: Float[Array, "p n"], skip: Bool[Array, ""]) -> tuple[Array, Array
     # Columns shorter than the final cut-off (`cut`) relative to the longest column of `B`,
     # which is at most the largest singular value, end as zeros: they are not rotated. Their
     # cosines with the others are round-off, which never falls below eps, and a rank-deficient
-    # `B` swept the full `_MAX_SWEEPS` (Cassie standing, 35 columns of rank 23: 5.3 ms).
+    # `B` swept the full `_MAX_SWEEPS` (Cassie standing's rows).
     shortest = cut * jnp.max(jnp.sum(B * B, axis=1))
 
     def rotate_round(_, carry):

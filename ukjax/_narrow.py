@@ -19,10 +19,9 @@ from ._unilateral import OPEN, ContactRows, ContactSolution, Modes, select_modes
 
 # The narrowed solve holds this many contacts per coordinate, and at least `_LEAST`: a rigid
 # body rests on at most six independent contacts, a box flat on four corners, so two per
-# coordinate (14 per free body) leaves room for redundant ones. The padding is solved too:
-# at 4 per coordinate, a Go1's derivative in its trunk mass through its landing took 23 s a
-# run, at 2, 4.6 s (the floor's 106 contacts narrowed to 38). Scenes with fewer contacts than
-# that are solved whole, as they were.
+# coordinate (14 per free body) leaves room for redundant ones; the padding is solved too, so
+# no more (`tests/test_unprepared_robots.py`'s Go1 derivative). Scenes with fewer contacts than
+# that are solved whole.
 _PER_COORDINATE, _LEAST = 2, 32
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from ._arrays import as_inexact
-from ._backends._backend import AbstractBackend, AutoBackend
+from ._backends._backend import AbstractBackend, AutoBackend, check_backend
 from ._events import simulate_events, warn_if_started_inside
 from ._jit import jit
 from ._projection import drift_step
@@ -144,8 +144,7 @@ def simulate(
             "(ukjax.Forced)."
         )
     solver = diffrax.Tsit5() if solver is None else solver
-    if not isinstance(backend, AbstractBackend):
-        raise TypeError(f"backend must be a ukjax backend (ukjax.AutoBackend(), ...), got {type(backend).__name__}.")
+    check_backend(backend)
     backend = backend.select(system, q0.dtype, jax.default_backend())
     system = backend.bind(system, q0.dtype, jax.default_backend())
     adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint

@@ -15,6 +15,7 @@ import optimistix as optx
 from jaxtyping import Array, PyTree
 
 from ._core import UKSolution, sqrt_eps
+from ._event_values import mode_values
 from ._projection import drift_step
 from ._backends import _tree_kernel as kernels
 from ._solution import FATAL, HEALTH
@@ -41,17 +42,15 @@ def vector_field(s, y, args):
     # linearize and diffrax's checkpointed adjoint) by transforming the loop body until they
     # stop changing. The rates are called alike in every pass, so that their large program is
     # transformed once, not once per pass: the time is batched wherever the state is, and the
-    # state perturbed wherever it or a parameter is. Tracing on the coordinated robots, 2
-    # cores: a vmapped simulation 1.9 -> 1.4 s, its forward-mode derivative 1.9 -> 1.4 s, the
-    # reverse-mode gradient in all the parameters 8.8-9.1 -> 7.5-7.6 s.
+    # state perturbed wherever it or a parameter is (a quarter less tracing:
+    # `benchmarks/fit_gradients.py`).
     s = jnp.where(jnp.any(jnp.isnan(q)), s, s)
     q, qd = _tied(q, qd, [x for x in jax.tree.leaves(args) if eqx.is_inexact_array(x)])
     return _rates(s, q, qd, args)
 
 
 # Jitted so that its trace is cached: diffrax traces the vector field once per stage and once
-# more per shape query, and for the unrolled kernels each trace costs seconds (measured on the
-# coordinated robots' servo control: 9.4 s of tracing per simulation). Under vmap, jvp and the
+# more per shape query, and for the unrolled kernels each trace costs seconds. Under vmap, jvp and the
 # adjoints JAX transforms the cached program instead of tracing the Python again. Always nested
 # in `_simulate`'s program, so with no compiler options of its own.
 @eqx.filter_jit
@@ -64,8 +63,6 @@ def _rates(s, q, qd, args):
     if modes is None:
         sol, contacts = kernels.solve(system, t, q, qd), None
     else:
-        from ._events import mode_values  # which imports this module
-
         sol, contacts, state = solve_in_modes(system, t, q, qd, modes, rest)
     # Results follow the state's dtype even where the model's parameters are wider.
     qdd = sol.acceleration.astype(qd.dtype)
@@ -122,8 +119,7 @@ class StopAtFault(diffrax.AbstractStepSizeController):
     where that step began, so that the saves from there on are voided.
 
     A diffrax `Event` does the same, but makes the solve's result a traced value: diffrax
-    then traces its step once more, and the program carries the event's machinery (0.3–0.5 s
-    more tracing for a batch of the coordinated robots or of Cassie).
+    then traces its step once more, and the program carries the event's machinery.
     """
 
     controller: diffrax.AbstractStepSizeController
@@ -360,10 +356,8 @@ class Integration(eqx.Module):
         }
 
 
-# Saves interpolated at once on a step (a vectorised evaluation of its dense output). A bouncing
-# ball saved every 0.1 ms (16 members, 25 001 saves each): 0.36 s with 32 at once, 0.25 s with
-# 128, 0.25 s with 512, 0.08 s with 2 saves; fitted to these, a trip cost about 12 µs and each
-# save in it about 0.26 µs, then with each record written by a gather, a select and a scatter.
+# Saves interpolated at once on a step (a vectorised evaluation of its dense output): past
+# this, a trip's cost no longer falls (`benchmarks/ball_drop.py`'s 25 001 saves).
 _SAVES_AT_ONCE = 128
 
 

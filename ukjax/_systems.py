@@ -463,8 +463,7 @@ class ConstrainedSystem(AbstractSystem):
 
     # Jitted so that its trace is cached (the program is the same: XLA inlines the call): the
     # event-driven path builds the rows at about a dozen places (the rates, the event value,
-    # the impacts, the modes, the saves). The held box of benchmarks/grasp.py: tracing and
-    # lowering 2.7 -> 2.0 s, its compile 9.9 -> 8.7 s.
+    # the impacts, the modes, the saves): `benchmarks/grasp.py`'s compile.
     @eqx.filter_jit
     def contact_rows(self, t: Time, q: Coordinates, qd: Coordinates) -> ContactRows | None:
         """The rows of this level's unilateral constraints (None without any)."""

@@ -489,11 +489,8 @@ def select_modes(
 
 
 # Below `rest` a sliding contact's direction is that of `v + SLOW_TURN (rest − |v|) d`
-# (`sliding_now`): its slip's at `rest`, soon the one it started in below. The slide from rest
-# under a turning force (tests/test_contact_cases.py, atol 1e-8) against DOP853: 8.9e-7 m in
-# 819 steps with 1, 2.6e-7 in 496 with 10, 2.2e-7 in 436 with 100, 2.4e-7 in 425 with 1 000;
-# tumbling.py's 8 members 7 058, 5 694, 5 467 and 5 728 steps (switched to `d` at `rest`:
-# 1.5e-6 m in 577 steps, 6 071 steps, and another start's box out of steps).
+# (`sliding_now`): its slip's at `rest`, soon the one it started in below; the value takes the
+# fewest steps on the turning slide of `tests/test_contact_cases.py` and `benchmarks/tumbling.py`.
 SLOW_TURN = 100.0
 
 
@@ -502,11 +499,11 @@ def sliding_now(modes: Modes, contacts: ContactRows, rest: Float[ArrayLike, ""])
     forwards faster than `rest`; slower, turned into the one it started in (`d`: of the
     force that broke its cone, or of its slip then) as `v + SLOW_TURN (rest − |v|) d`, which
     is the slip's direction at `rest`: near zero slip `v/|v|` is stiff and, integrated to a
-    tolerance, mostly noise (measured in `_events._SLIDE_SPEED`). Switched to `d` at `rest`,
+    tolerance, mostly noise (`_events._SLIDE_SPEED`). Switched to `d` at `rest`,
     a slide slowing to a stop that had turned since it started (a box's corner after an
     impact) was held at `|v| = rest` by friction across its slip below and against it
     above, and the steps shrank until max_steps. A slip that has turned back (`v · d ≤
-    0`) has ended the slide (`_events.mode_values`): the stages of a step past that end see
+    0`) has ended the slide (`_event_values.mode_values`): the stages of a step past that end see
     the force that ended it, not its reverse, so that the step's error is the smooth
     motion's and the end is found on its dense output (with `v/|v|` there, the contacts
     scene's steps were a third rejected)."""

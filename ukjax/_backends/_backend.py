@@ -120,3 +120,10 @@ class AutoBackend(AbstractBackend):
 
     def bind(self, system, dtype, platform: str):
         return self.select(system, dtype, platform).bind(system, dtype, platform)
+
+
+def check_backend(backend) -> None:
+    """A clear error for anything passed as `backend=` that is not a backend."""
+    if not isinstance(backend, AbstractBackend):
+        name = type(backend).__name__
+        raise TypeError(f"backend must be a ukjax backend (ukjax.AutoBackend(), ...), got {name}.")

@@ -37,8 +37,7 @@ CONTACT_SOLVE = "ukjax_contact_solve"
 # a tree's acceleration with its limits and plane contacts in given modes (`kernels.in_modes`)
 TREE_CONTACTS = "ukjax_tree_contacts"
 # the work space of a GPU's build (and of the CPU's build of one lane in the GPU's layout), at
-# most: Cassie's 33 120 bytes a member make slices of some 64 000 members, past the 32 768 at
-# which its throughput on an H200 stopped growing
+# most: slices past the batch at which a GPU's throughput stops growing (`benchmarks/gpu.py`)
 SPACE = 1 << 31
 # `AutoBackend`'s default, read once at import: `UKJAX_KERNELS=0` keeps it on XLA (a machine
 # without a C++ compiler, or the routes compared from the command line).

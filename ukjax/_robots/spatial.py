@@ -40,8 +40,8 @@ def mm(A, B):
     """`A @ B` over stacks of 3 × 3 matrices `A` and 3-row matrices `B`, as one broadcast product
     whose three slices are added: as fast as XLA's dot on CPU (a dot with several batch
     dimensions, a vmapped batch of vmapped simulations, was turned into an invalid program by
-    XLA's layout pass), faster than `jnp.sum` over the size-3 axis (13–33 % on Cassie and a
-    loop file), and few operations to trace."""
+    XLA's layout pass), faster than `jnp.sum` over the size-3 axis, and few operations to
+    trace."""
     P = A[..., :, :, None] * B[..., None, :, :]
     return P[..., 0, :] + P[..., 1, :] + P[..., 2, :]
 
@@ -55,9 +55,8 @@ def mv(A, x):
 def put(x: Array, index: np.ndarray | tuple[np.ndarray, ...], values: ArrayLike) -> Array:
     """`x.at[index].set(values)` for distinct indices known when tracing (an array into the
     first axis, or a tuple of arrays into as many leading axes), as one gather from `x` and
-    `values` side by side. XLA's CPU backend turns every such scatter into a loop of its own:
-    Cassie's `simulate` program had 68, and without them it has 37% fewer fused kernels and
-    compiles in about four fifths of the time."""
+    `values` side by side. XLA's CPU backend turns every such scatter into a loop of its own,
+    and a robot's program compiles longer for them."""
     axes = len(index) if isinstance(index, tuple) else 1
     flat = np.ravel_multi_index(np.broadcast_arrays(*index), x.shape[:axes]) if axes > 1 else np.asarray(index)
     rest = x.shape[axes:]

@@ -308,7 +308,7 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         return kin, algorithms.motion(self, kin, qd)
 
     # The three conversions below are compiled as one program each: op by op, each of their
-    # operations compiles on its own (0.6 s of importing a four-bar file went to `velocity_map`).
+    # operations compiles on its own (`benchmarks/warm_start.py` times an import).
     @jit
     def velocity_map(self, q: Float[Array, " n"]) -> Float[Array, "v n"]:
         """`G(q)`, MuJoCo's velocities from coordinate rates: `qvel = G(q) q̇` (the identity for

@@ -73,7 +73,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(UkTreeDynamics, UkTreeDynamicsImpl, f64_results<7>
 
 #if UKJAX_LANES == 1
 // The contact dynamics of the batch, one member after another: in one compact work space (the
-// GPU's layout puts a member's values a tile apart: Cassie's M alone then spans 300 KiB), or,
+// GPU's layout puts a member's values a tile apart, and a large M then spans hundreds of KiB), or,
 // `tiles`, in the GPU's layout and slices, which the tests run on a CPU
 static ffi::Error UkTreeContactsImpl(UKJAX_TREE_INPUTS, UKJAX_CONTACT_INPUTS) {
   Args a = arguments(UKJAX_TREE_CALL);

@@ -20,9 +20,8 @@ __global__ void contacts_kernel(Args a, Contacts c, char* space, Slices plan, in
 }
 
 // The stream's memory pool keeps what it holds: its default gives it back to the system at
-// every synchronisation, and the next call's work space was mapped again (on an H200, 4.6 ms
-// of a 12 ms Cassie solve at 32 768 members; a simulation of them ran 0.65 M steps/s, 1.12 M
-// with the pool kept)
+// every synchronisation, and the next call's work space was mapped again, a third of a
+// solve's time (`benchmarks/gpu.py`)
 static cudaError_t keep_pool() {
   int device = 0;
   cudaError_t error = cudaGetDevice(&device);

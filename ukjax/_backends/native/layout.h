@@ -132,9 +132,8 @@ struct Work {
 // slices of `slice` members (all of them where they fit), and a slice in tiles of `TILE`
 // members, a warp's, each tile's work space in one piece: value k of the i-th member of a slice
 // at `k × TILE + i mod TILE` in tile `i / TILE`, then each member's `extra` bytes of its own (the
-// contact solve's, whose arrays a member reads whole). (Laid out `k × slice + i`, a member's
-// values lay a slice's width apart, 256 KiB at 32 768 members: Cassie's solve of 131 072 members
-// took 39.7 ms on an H200 against 34.6 in tiles, of 32 768 members 6.9 against 6.7.)
+// contact solve's, whose arrays a member reads whole). Laid out `k × slice + i`, a member's
+// values would lie a slice's width apart (`benchmarks/gpu.py`).
 constexpr int64_t TILE = 32;
 struct Slices {
   int64_t slice;
