@@ -30,7 +30,7 @@ import mujoco  # noqa: E402
 
 import ukjax  # noqa: E402
 from benchmarks.references import mujoco_c_rate  # noqa: E402
-from ukjax._bench import compiled_and_timed  # noqa: E402
+from ukjax.cli.bench import compiled_and_timed  # noqa: E402
 
 G, E, RADIUS, T1 = 9.81, 0.5, 0.1, 2.5
 ZETA = -np.log(E) / np.hypot(np.pi, np.log(E))  # the damping ratio of a spring that keeps e

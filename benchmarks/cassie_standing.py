@@ -36,7 +36,7 @@ import mujoco  # noqa: E402
 from mujoco import rollout  # noqa: E402
 
 import ukjax  # noqa: E402
-from ukjax._bench import compiled_and_timed  # noqa: E402
+from ukjax.cli.bench import compiled_and_timed  # noqa: E402
 
 CASSIE = Path(__file__).resolve().parent.parent.parent / "shared" / "robots" / "cassie.xml"
 RADIUS, TOE, HEEL, MU = 0.01, 0.09, -0.05, 1.0

@@ -26,7 +26,7 @@ import mujoco  # noqa: E402
 
 import ukjax  # noqa: E402
 from benchmarks.references import mujoco_c_rate  # noqa: E402
-from ukjax._bench import compiled_and_timed, mujoco_warp  # noqa: E402
+from ukjax.cli.bench import compiled_and_timed, mujoco_warp  # noqa: E402
 
 G, MU, LIMIT, START = 9.81, 0.4, np.deg2rad(-30), np.deg2rad(75)
 SCENE = ukjax.examples.path("contacts.xml")
@@ -101,7 +101,7 @@ def mujoco_starts(mj, speeds):
 
 def run_mujoco_warp(speeds):
     """MuJoCo Warp (float32) on the scene at its own 0.1 ms step with its default `solref`, 1 s
-    of every member, the batch as its worlds (`ukjax._bench.mujoco_warp`): the largest
+    of every member, the batch as its worlds (`ukjax.cli.bench.mujoco_warp`): the largest
     penetration of the floor over the run, the sphere's and the box's x at its end, the batch's
     simulated seconds per wall-clock second and its compile time."""
     mj = mujoco.MjModel.from_xml_path(str(SCENE))

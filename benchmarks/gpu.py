@@ -1,6 +1,6 @@
 """Robots on a GPU: ukjax's tree kernel (`ukjax/_robots/kernels.cc` built for CUDA) against
 ukjax's XLA route on the same GPU, MJX and MuJoCo Warp where installed, and MuJoCo's `rollout`
-on every host core as the baseline. The cases of `ukjax bench` (`ukjax/_bench.py`: same files,
+on every host core as the baseline. The cases of `ukjax bench` (`ukjax/cli/bench.py`: same files,
 RK4 at 1 ms, limits off in MuJoCo): Cassie, the gripper of `examples/gripper.xml`, the
 coordinated robots [3] (ukjax's own model, which the kernel does not cover, and the same chain
 read from its MJCF, which it does); and the contact scene `examples/contacts.xml` (1 s, adaptive;
@@ -32,7 +32,8 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import ukjax  # noqa: E402
-from ukjax import _bench, models  # noqa: E402
+from ukjax import models
+from ukjax.cli import bench as _bench  # noqa: E402
 from ukjax._backends import _tree_kernel as kernels  # noqa: E402
 
 

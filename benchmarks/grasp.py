@@ -26,7 +26,7 @@ import mujoco  # noqa: E402
 
 import ukjax  # noqa: E402
 from benchmarks.references import mujoco_c_rate  # noqa: E402
-from ukjax._bench import compiled_and_timed  # noqa: E402
+from ukjax.cli.bench import compiled_and_timed  # noqa: E402
 
 SCENE = ukjax.examples.path("grasp.xml")
 SQUEEZE, BOX_Z = 4.0, 4  # the motor's force (N); the box's height in qpos

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import ukjax
-from ukjax import _bench as bench
+from ukjax.cli import bench
 from ukjax._backends import _tree_kernel as kernels
 
 

@@ -18,7 +18,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import ukjax  # noqa: E402
-from ukjax import _bench  # noqa: E402
+from ukjax.cli import bench as _bench  # noqa: E402
 from ukjax._backends import _tree_kernel as kernels  # noqa: E402
 
 

@@ -30,7 +30,7 @@ import numpy as np
 import ukjax
 from benchmarks.references import high_precision_acceleration
 from ukjax import models
-from ukjax._bench import CASSIE
+from ukjax.cli.bench import CASSIE
 from ukjax._core import uk_solve
 from ukjax._backends import _tree_kernel as kernels
 

@@ -34,7 +34,7 @@ jax.config.update("jax_enable_x64", True)
 
 import ukjax  # noqa: E402
 from ukjax import models  # noqa: E402
-from ukjax._bench import compiled_and_timed  # noqa: E402
+from ukjax.cli.bench import compiled_and_timed  # noqa: E402
 
 DT = 1e-3
 

@@ -25,7 +25,7 @@ import mujoco  # noqa: E402
 
 import ukjax  # noqa: E402
 from benchmarks.references import mujoco_c_rate  # noqa: E402
-from ukjax._bench import compiled_and_timed  # noqa: E402
+from ukjax.cli.bench import compiled_and_timed  # noqa: E402
 
 # (name, MJCF geom, rest heights of its centre, mass)
 BODIES = [

@@ -62,7 +62,7 @@ def main() -> None:
         print(f"{'command':30s} {'first step, cold':>17s} {'warm':>6s} {'whole run, cold':>16s} {'warm':>6s}")
         for name, argv in COMMANDS.items():
             cache = str(Path(workdir) / name.replace(" ", "_").replace(",", ""))
-            runs = [timed([sys.executable, "-m", "ukjax._cli", *argv], cache, workdir) for _ in range(2)]
+            runs = [timed([sys.executable, "-m", "ukjax.cli", *argv], cache, workdir) for _ in range(2)]
             (cold, cold_first), (warm, warm_first) = runs
             show = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
             print(f"{name:30s} {show(cold_first):>17s} {show(warm_first):>6s} {cold:16.2f} {warm:6.2f}")

@@ -59,7 +59,7 @@ from mujoco import rollout  # noqa: E402
 
 import ukjax  # noqa: E402
 from benchmarks.references import mujoco_kkt_flow  # noqa: E402
-from ukjax._bench import compiled_and_timed  # noqa: E402
+from ukjax.cli.bench import compiled_and_timed  # noqa: E402
 
 T = 1.0
 SAVES = np.linspace(0.0, T, 101)

@@ -2,7 +2,7 @@
 run a case is left out of it with a line that says why (MJX failed on the gripper under
 float64 and took the benchmark down with it)."""
 
-from ukjax._bench import peer, summary
+from ukjax.cli.bench import peer, summary
 
 
 def test_summary_reads_both_violations_from_one_case():

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 import ukjax
-from ukjax._cli import main
+from ukjax.cli.main import main
 
 
 @pytest.mark.long
@@ -133,7 +133,7 @@ def test_a_simulation_is_compiled_once_and_read_back_without_the_engine(tmp_path
     without importing equinox or diffrax (`import ukjax` imports neither); another key finds
     nothing. A kept program with LAPACK's calls in it (`ukjax fit`'s) runs in a fresh process
     too (jaxlib loads LAPACK where a program that calls it is lowered: without that, a crash)."""
-    from ukjax._cache import keep_program, read_program
+    from ukjax.cli.cache import keep_program, read_program
 
     model = ukjax.models.from_mjcf(BOX, keyframe="spinning")
     ts = jnp.linspace(0.0, 0.2, 5)
@@ -156,7 +156,7 @@ import jax
 import numpy as np
 from pathlib import Path
 jax.config.update("jax_enable_x64", True)
-from ukjax._cache import read_program
+from ukjax.cli.cache import read_program
 program, arguments = read_program(Path({str(tmp_path)!r}), "simulate", ("box",))
 again = program(*arguments)
 np.testing.assert_array_equal(again["q"], np.load({str(tmp_path / "first.npy")!r}))
@@ -181,7 +181,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_compilation_cache_dir", sys.argv[1])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-from ukjax._cache import keep_program, read_program
+from ukjax.cli.cache import keep_program, read_program
 cache, key = Path(sys.argv[1]), sys.argv[2]
 fun = lambda x: {"y": jax.numpy.sin(x) * 2}
 program, args = keep_program(cache, "p", (key,), fun, (np.arange(3.0),))
@@ -206,7 +206,7 @@ def test_a_model_is_read_once_and_kept(tmp_path, monkeypatch):
     """`ukjax simulate`'s model (its start projected onto the file's equalities) is kept under
     the key of MuJoCo's compiled binary: the same file is read back with the same start and
     the first reading's warnings said again; an edit of the file is read anew."""
-    from ukjax import _cache
+    from ukjax.cli import cache as _cache
     from ukjax._robots import mjcf
 
     path = tmp_path / "coupled.xml"
@@ -248,7 +248,7 @@ def test_version_and_defaults_in_help(capsys):
 
 def test_compilation_cache_directory_and_its_switch(monkeypatch, tmp_path):
     """`UKJAX_CACHE_DIR` names the cache's directory and, empty, turns it off (as `--no-cache`)."""
-    from ukjax._cache import compilation_cache
+    from ukjax.cli.cache import compilation_cache
 
     monkeypatch.setenv("UKJAX_CACHE_DIR", "")
     assert compilation_cache() is None
@@ -260,3 +260,16 @@ def test_compilation_cache_directory_and_its_switch(monkeypatch, tmp_path):
         assert jax.config.jax_compilation_cache_dir == str(tmp_path / "ukjax" / "jax")
     finally:
         jax.config.update("jax_compilation_cache_dir", previous)
+
+
+def test_the_library_never_imports_the_command_line():
+    """Every public name and the models, imported in a fresh process, bring in no module of
+    `ukjax.cli`."""
+    script = """
+import sys, ukjax, ukjax.models
+for name in ukjax.__all__:
+    getattr(ukjax, name)
+print(sorted(m for m in sys.modules if m.startswith("ukjax.cli")))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

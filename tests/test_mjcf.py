@@ -18,7 +18,7 @@ from PIL import Image
 
 import ukjax
 from ukjax import models
-from ukjax._cli import main
+from ukjax.cli.main import main
 
 # Jitted model evaluations: evaluated op by op, the unrolled kernels dispatch thousands of
 # scalar operations.

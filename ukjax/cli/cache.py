@@ -54,11 +54,11 @@ def _identity() -> str:
     """ukjax's own code (its modules and its kernels' source), the versions it runs on and the
     processor and device it compiles for: what an earlier process kept under another identity
     is not read back."""
-    from ._backends._build import _processor
+    from .._backends._build import _processor
 
     digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.rglob("*")):
-        if path.suffix in (".py", ".cc"):
+    for path in sorted(Path(__file__).parents[1].rglob("*")):  # the whole package's code
+        if path.suffix in (".py", ".cc", ".h"):
             digest.update(path.read_bytes())
     for name in ("jax", "jaxlib", "diffrax", "equinox", "mujoco"):
         digest.update(f"{name} {importlib.metadata.version(name)}".encode())
@@ -90,7 +90,7 @@ def read_file(file: str):
     """
     import mujoco
 
-    from ._robots.mjmodel import compile_model
+    from .._robots.mjmodel import compile_model
 
     kind = "URDF" if file.lower().endswith(".urdf") else "MJCF"
     compiled = compile_model(file, kind)
@@ -105,7 +105,7 @@ def kept_model(cache: Path | None, file: str, keyframe: str | int | None, read: 
     later run, not the start projected onto the loops and the model built anew. The first
     reading's warnings are said again on every run. `read`: the file's `read_file`, where the
     caller has it (the file is not compiled again)."""
-    from ._robots.mjcf import _from_compiled
+    from .._robots.mjcf import _from_compiled
 
     compiled, kind, digest = read_file(file) if read is None else read
     if cache is None:
@@ -136,7 +136,7 @@ def read_program(cache: Path | None, name: str, key: tuple):
         return None
     from jax.experimental.serialize_executable import deserialize_and_load
 
-    from ._backends import _build as _native
+    from .._backends import _build as _native
 
     _native.targets()  # the kernels' targets the program calls
     payload, inputs, outputs, args, lapack = pickle.loads(path.read_bytes())
@@ -165,7 +165,7 @@ def keep_program(cache: Path | None, name: str, key: tuple, fun: Callable, args:
 
     `(program, args)`: `program(*args)` runs it.
     """
-    from ._jit import compiler_options, jit
+    from .._jit import compiler_options, jit
 
     if cache is None:
         return jit(fun, events=events), args

@@ -12,7 +12,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from ._cache import keep_program, kept_model, read_file, read_program
+from .cache import keep_program, kept_model, read_file, read_program
 
 
 def _fields(module) -> dict:
@@ -118,7 +118,7 @@ def run_scara(args: argparse.Namespace) -> None:
             key = ("scara", name, args.t1, args.saves, args.tol)
             found = read_program(args.cache, "scara", key)
             if found is None:
-                from ._simulate import simulate
+                from .._simulate import simulate
 
                 model, systems = built()
 
@@ -254,7 +254,7 @@ def run_coordinated(args: argparse.Namespace) -> None:
         if found is None:
             import equinox as eqx
 
-            from ._simulate import simulate
+            from .._simulate import simulate
 
             model, passive, controllers = built()
 
@@ -333,7 +333,7 @@ def run_fit(args: argparse.Namespace) -> None:
         import ukjax
         from ukjax import models
 
-        from ._fit import _parameters
+        from .._fit import _parameters
 
         def inertial(system):
             while not isinstance(system, models.PlanarChain):
@@ -364,9 +364,9 @@ def run_fit(args: argparse.Namespace) -> None:
         key = ("fit", label, horizon, max_steps)
         found = read_program(args.cache, "fit", key)
         if found is None:
-            from ._fit import _LEVENBERG_MARQUARDT, _least_squares, _Residuals
-            from ._residuals import trajectory_residuals
-            from ._simulate import simulate
+            from .._fit import _LEVENBERG_MARQUARDT, _least_squares, _Residuals
+            from .._residuals import trajectory_residuals
+            from .._simulate import simulate
 
             true, q0, qd0, start, (params, theta, _) = built()[1][label]
 
@@ -396,7 +396,7 @@ def run_fit(args: argparse.Namespace) -> None:
         for name, run in out["runs"].items():
             _check_success(run, f"the {name} simulation of the {label}")
         # the result with the engine, after the run
-        from ._fit import _result
+        from .._fit import _result
 
         inertial, cases = built()
         true, *_, (params, _, names) = cases[label]
@@ -478,8 +478,8 @@ def run_simulate(args: argparse.Namespace) -> None:
 
     model = None
     if found is None:
-        from ._simulate import simulate
-        from ._unilateral import unilaterals
+        from .._simulate import simulate
+        from .._unilateral import unilaterals
 
         model, system = read_model()
 
@@ -497,8 +497,8 @@ def run_simulate(args: argparse.Namespace) -> None:
     # the engine and the model after the run: a kept program starts without them
     import ukjax
 
-    from ._events import warn_if_started_inside
-    from ._simulate import warn_if_started_off
+    from .._events import warn_if_started_inside
+    from .._simulate import warn_if_started_off
 
     if model is None:
         model, system = read_model()

@@ -43,7 +43,7 @@ import numpy as np
 
 import ukjax
 from ukjax import examples, models
-from ukjax._cache import compilation_cache
+from ukjax.cli.cache import compilation_cache
 
 CORES = os.cpu_count() or 1
 DT = 1e-3
@@ -127,7 +127,7 @@ def from_file():
 FOURBAR = examples.path("fourbar.xml")
 GRIPPER = examples.path("gripper.xml")
 GRIP = 0.3  # the gripper's command (its actuator's `ctrlrange` is ±0.6)
-CASSIE = Path(__file__).resolve().parents[2] / "shared" / "robots" / "cassie.xml"
+CASSIE = Path(__file__).resolve().parents[3] / "shared" / "robots" / "cassie.xml"
 
 
 def _equality_violation(mjm):

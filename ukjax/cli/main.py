@@ -6,8 +6,8 @@ import math
 
 import jax
 
-from ._commands import run_coordinated, run_fit, run_scara, run_simulate
-from ._cache import cache_directory, compilation_cache
+from .commands import run_coordinated, run_fit, run_scara, run_simulate
+from .cache import cache_directory, compilation_cache
 
 
 def _duration(text: str) -> float:
@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> None:
         "--no-cache",
         action="store_true",
         help="do not keep programs between runs (JAX's persistent compilation cache, and the models read and "
-        "programs traced by `simulate` and `coordinated`, by default in $UKJAX_CACHE_DIR or ~/.cache/ukjax/jax)",
+        "programs traced by `simulate`, `coordinated`, `scara` and `fit`, by default in $UKJAX_CACHE_DIR or "
+        "~/.cache/ukjax/jax)",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -109,11 +110,11 @@ def main(argv: list[str] | None = None) -> None:
     args, rest = parser.parse_known_args(argv)
     args.cache = None if args.no_cache else cache_directory()
     if args.cache is not None and args.command not in ("simulate", "coordinated", "fit"):
-        # the three others keep their compiled programs themselves (`_cache.keep_program`);
-        # `scara` compiles more than its simulations
+        # these three keep their compiled programs themselves (`cache.keep_program`); `scara`
+        # keeps its simulations so too, and compiles more than them
         compilation_cache(args.cache)
     if args.command == "bench":
-        from ukjax._bench import main as bench
+        from ukjax.cli.bench import main as bench
 
         return bench(rest, batch=256, steps=200, mjx_batch=0, cache=False)  # set above
     if rest:

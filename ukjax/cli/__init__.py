@@ -1,0 +1,2 @@
+"""The command line (`ukjax`: `main`), its commands (`commands`), the cache of their compiled
+programs (`cache`) and the bench against MuJoCo (`bench`). The library never imports it."""

@@ -1,0 +1,5 @@
+"""`python -m ukjax.cli`, as the `ukjax` command."""
+
+from .main import main
+
+main()
