@@ -17,7 +17,7 @@ from ._event_values import mode_values
 from ._jit import jit
 from ._narrow import normal_rows, select_in
 from ._solution import FATAL, HEALTH, ContactRecord, Solution, Status, at_saves, final_status
-from ._stepping import Bounded, StopAtFault, events_norm, integrate, loop_kind, save_rows, solve_in_modes
+from ._stepping import Bounded, FieldArgs, StopAtFault, events_norm, integrate, loop_kind, save_rows, solve_in_modes
 from ._systems import levels_violation, solve_levels
 from ._unilateral import (
     OPEN,
@@ -101,10 +101,9 @@ _SLIDE_SPEED = 1e3
 @eqx.filter_jit
 def _event_value(s, y, args):
     """`mode_values` at `y`, in the normalised time `s`, in the modes of `args`."""
-    system, t0, span, modes, rest, force_scale = args
     q, qd = y[:2]
-    _, sol, state = solve_in_modes(system, t0 + s * span, q, qd, modes, rest)
-    return mode_values(state, sol, modes, force_scale)
+    _, sol, state = solve_in_modes(args.system, args.time(s), q, qd, args.modes, args.rest)
+    return mode_values(state, sol, args.modes, args.force_scale)
 
 
 def _transition(system, t, q, qd, rest_speed):
@@ -299,7 +298,7 @@ def simulate_events(
         stretches = state["stretches"].at[count].set(modes.mode)
         # a member with invalid coefficients saves nothing: its run never started
         index = jnp.where(valid, state["index"], k)
-        args = (system, t0, span, modes, _SLIDE_SPEED * atol, force_scale)
+        args = FieldArgs(system, t0, span, modes, _SLIDE_SPEED * atol, force_scale)
         run = integrate(
             solver,
             controller,

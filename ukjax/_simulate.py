@@ -17,7 +17,7 @@ from ._projection import drift_step
 from ._solution import HEALTH, MESSAGES, Solution, Status, at_saves, final_status
 from ._solvers import RK4
 from ._stability import warn_if_unstable
-from ._stepping import Projecting, StopAtFault, integrate, loop_kind, save_rows
+from ._stepping import FieldArgs, Projecting, StopAtFault, integrate, loop_kind, save_rows
 from ._systems import AbstractSystem, check_state
 from ._unilateral import check_coefficients, unilaterals
 
@@ -292,7 +292,7 @@ def _simulate(
         StopAtFault(controller),
         jnp.zeros((), q0.dtype),
         (q0, qd0, jnp.zeros(HEALTH, q0.dtype)),
-        (system, t0, span, None, None, None),
+        FieldArgs(system, t0, span),
         dt0,
         saves=saves,
         records=(inf, inf),

@@ -23,6 +23,24 @@ from ._systems import contact_level, solve_levels
 from ._unilateral import ContactSolution, ContactState, contact_state, sliding_now
 
 
+class FieldArgs(eqx.Module):
+    """What the vector field reads besides the state, in the normalised time `s = (t − t0) /
+    span` of a run: the system, `t0` and `span`; between events (`_events`) the contacts'
+    `modes`, the slip speed `rest` below which a sliding direction turns (`sliding_now`) and
+    the contacts' force scales (`force_scale`, the event values' units); None without contacts."""
+
+    system: eqx.Module
+    t0: Array
+    span: Array
+    modes: PyTree = None
+    rest: Array | None = None
+    force_scale: Array | None = None
+
+    def time(self, s):
+        """The physical time at `s`."""
+        return self.t0 + s * self.span
+
+
 @jax.custom_jvp
 def _tied(q, qd, parameters):
     return q, qd
@@ -56,8 +74,8 @@ def vector_field(s, y, args):
 @eqx.filter_jit
 def _rates(s, q, qd, args):
     # in the normalised time s = (t - t0) / (t1 - t0) of `_simulate`
-    system, t0, span, modes, rest, force_scale = args
-    t = t0 + s * span
+    system, span, modes, rest = args.system, args.span, args.modes, args.rest
+    t = args.time(s)
     # between events the contacts keep the modes the simulation chose (`_events`); mapped over
     # states, a robot tree's solve is one call of the compiled kernel (`kernels.solve`)
     if modes is None:
@@ -87,7 +105,7 @@ def _rates(s, q, qd, args):
         # and last the event's value at this state, not scaled: a step's last stage is at its
         # end (Tsit5's and Kvaerno5's), where `integrate` reads it instead of solving again;
         # finite, for its integral is carried too (and read by nothing)
-        value = mode_values(state, contacts, modes, force_scale)
+        value = mode_values(state, contacts, modes, args.force_scale)
         value = jnp.minimum(value, jnp.finfo(qd.dtype).max).astype(qd.dtype)
         return span * qd, span * qdd, jnp.concatenate([span * record, value[None]])
     return span * qd, span * qdd, span * record
@@ -164,10 +182,9 @@ class Bounded(diffrax.AbstractStepSizeController):
 
     @staticmethod
     def _longest(s, y, args):
-        system, t0, span = args[:3]
         q, qd = y[:2]
-        crossing = system.constraint_levels(t0 + s * span, q, qd)[-1].contacts.crossing
-        return 0.5 * jnp.min(crossing) / jnp.where(span == 0, 1, jnp.abs(span))
+        crossing = args.system.constraint_levels(args.time(s), q, qd)[-1].contacts.crossing
+        return 0.5 * jnp.min(crossing) / jnp.where(args.span == 0, 1, jnp.abs(args.span))
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
         tnext, state = self.controller.init(terms, t0, t1, y0, dt0, args, func, error_order)
@@ -229,8 +246,7 @@ class Projecting(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
         y1, y_error, dense_info, solver_state, result = self._inner().step(
             terms, t0, t1, y0, args, solver_state, made_jump
         )
-        system, origin, span = args[:3]
-        q, qd = drift_step(system, origin + t1 * span, *y1[:2])
+        q, qd = drift_step(args.system, args.time(t1), *y1[:2])
         return (q, qd, *y1[2:]), y_error, dense_info, solver_state, result
 
     def func(self, terms, t0, y0, args):

@@ -11,6 +11,7 @@ from .._constraints import AbstractConstraint, Baumgarte
 from .._systems import AbstractSystem, ConstrainedSystem
 from .._unilateral import AbstractUnilateral
 from .actuators import Actuated, Actuators
+from .tree import RigidBodyTree
 
 
 class Model(NamedTuple):
@@ -88,7 +89,7 @@ class Model(NamedTuple):
 
         `(q, qd)`.
         """
-        if hasattr(self.system, "state_from_mujoco"):
+        if isinstance(self.system, RigidBodyTree):
             return self.system.state_from_mujoco(qpos, qvel)
         return jnp.asarray(qpos), jnp.asarray(qvel)
 
@@ -99,6 +100,6 @@ class Model(NamedTuple):
 
         `(qpos, qvel)`.
         """
-        if hasattr(self.system, "state_to_mujoco"):
+        if isinstance(self.system, RigidBodyTree):
             return self.system.state_to_mujoco(q, qd)
         return jnp.asarray(q), jnp.asarray(qd)

@@ -10,6 +10,7 @@ from jaxtyping import Array, ArrayLike, Float
 from .._animate import Sketch
 from .._arrays import as_inexact
 from .._jit import jit
+from .._robots.tree import RigidBodyTree
 from .._systems import AbstractUnconstrainedSystem
 
 
@@ -236,7 +237,7 @@ class LogCholeskyChain(AbstractUnconstrainedSystem):
     theta: Float[Array, "b 10"]
 
     def __init__(self, chain: AbstractUnconstrainedSystem, theta: Float[ArrayLike, "b 10"] | None = None):
-        if not hasattr(chain, "inertial") or not hasattr(chain, "with_inertial"):
+        if not isinstance(chain, (SerialChain, RigidBodyTree)):
             raise TypeError(
                 f"LogCholeskyChain needs a SerialChain or a RigidBodyTree, got {type(chain).__name__}."
             )
