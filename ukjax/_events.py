@@ -11,6 +11,7 @@ import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, PyTree
 
 from . import _linalg as la
 from ._event_values import mode_values
@@ -29,6 +30,38 @@ from ._unilateral import (
     unilaterals,
     valid_coefficients,
 )
+
+
+class EventLoop(eqx.Module):
+    """The event-driven loop's state between stretches: where the run is (`s`, `q`, `qd`, the
+    contacts' `modes`, whether this is the `start`'s pass), what it records (each stretch's
+    modes, the saves' `records` and next `index`, the events' times and impulses, the
+    penetration past the start and at it, the fault indicators' `health`, the steps), and how
+    it stands (the modes' search `converged`, the coefficients `valid`, the last stretch's
+    diffrax `result`, an event `unlocated`); `step` the next stretch's first step (NaN: the
+    controller's choice) and the progress `meter`'s state."""
+
+    s: Array
+    q: Array
+    qd: Array
+    modes: Modes
+    stretches: Array
+    start: Array
+    health: Array
+    records: PyTree
+    index: Array
+    count: Array
+    event_times: Array
+    impulses: Array
+    penetration: Array
+    start_penetration: Array
+    converged: Array
+    valid: Array
+    result: PyTree
+    unlocated: Array
+    steps: Array
+    step: Array
+    meter: PyTree
 
 
 def contact_labels(system) -> list[str] | None:
@@ -251,7 +284,7 @@ def simulate_events(
     no_modes = Modes(jnp.zeros(c, jnp.int32), jnp.zeros((c, 2), dtype), jnp.ones(c, dtype))
     # The start is resolved as an event is (a ball dropped resting, a start inside a limit),
     # by the loop's first pass: one copy of the transition in the program.
-    init = dict(
+    init = EventLoop(
         s=jnp.zeros((), dtype),
         q=q0,
         qd=qd0,
@@ -277,27 +310,27 @@ def simulate_events(
     )
 
     def cond(state):
-        return (state["s"] < 1) & state["converged"] & (state["result"] == diffrax.RESULTS.successful) & (
-            state["count"] < max_events
+        return (state.s < 1) & state.converged & (state.result == diffrax.RESULTS.successful) & (
+            state.count < max_events
         )
 
     def body(state):
-        s0, count, start = state["s"], state["count"], state["start"]
+        s0, count, start = state.s, state.count, state.start
         q, qd, modes, jump, force_scale, value, penetration, converged, valid = _transition(
-            system, time(s0), state["q"], state["qd"], rest_speed
+            system, time(s0), state.q, state.qd, rest_speed
         )
         # where the transition has no solution (a mass matrix that is not positive definite)
         # the stretch starts from the state before it: its first step meets the fault, which
         # stops the run and names it, where a NaN state had every step rejected
         finite = jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd))
-        q, qd = jnp.where(finite, q, state["q"]), jnp.where(finite, qd, state["qd"])
+        q, qd = jnp.where(finite, q, state.q), jnp.where(finite, qd, state.qd)
         # the events are counted from the first transition after the start
-        event_times = state["event_times"].at[count].set(jnp.where(start, jnp.inf, time(s0)))
-        impulses = state["impulses"].at[count].set(jnp.where(start, 0, jump))
+        event_times = state.event_times.at[count].set(jnp.where(start, jnp.inf, time(s0)))
+        impulses = state.impulses.at[count].set(jnp.where(start, 0, jump))
         count = count + ~start
-        stretches = state["stretches"].at[count].set(modes.mode)
+        stretches = state.stretches.at[count].set(modes.mode)
         # a member with invalid coefficients saves nothing: its run never started
-        index = jnp.where(valid, state["index"], k)
+        index = jnp.where(valid, state.index, k)
         args = FieldArgs(system, t0, span, modes, _SLIDE_SPEED * atol, force_scale)
         run = integrate(
             solver,
@@ -305,21 +338,21 @@ def simulate_events(
             s0,
             # the forces integrated from zero on each stretch after the health record, and the
             # event's value (`_rates`): only the forces' rate is saved
-            (q, qd, jnp.concatenate([state["health"], jnp.zeros(3 * c + 1, dtype)])),
+            (q, qd, jnp.concatenate([state.health, jnp.zeros(3 * c + 1, dtype)])),
             args,
-            state["step"] if adaptive else dt0,
+            state.step if adaptive else dt0,
             saves=saves,
-            records=state["records"],
+            records=state.records,
             index=index,
             record=lambda y, rate: (y[0], y[1], rate[2][HEALTH:-1] / scale, count),
             max_steps=max_steps,
             adjoint=adjoint,
             progress_meter=progress_meter,
-            meter=state["meter"],
+            meter=state.meter,
             event=(lambda s, y: _event_value(s, y, args), value, lambda rate: rate[2][-1]),
         )
         q1, qd1, record = run.y
-        return dict(
+        return EventLoop(
             s=run.s,
             q=q1,
             qd=qd1,
@@ -328,63 +361,63 @@ def simulate_events(
             start=jnp.array(False),
             health=record[:HEALTH],
             records=run.records,
-            index=jnp.where(valid, run.index, state["index"]),
+            index=jnp.where(valid, run.index, state.index),
             count=count,
             event_times=event_times,
             impulses=impulses,
             # what the start brings in is the caller's, projected away; not counted
-            penetration=jnp.where(start, state["penetration"], jnp.maximum(state["penetration"], penetration)),
-            start_penetration=jnp.where(start, penetration, state["start_penetration"]),
+            penetration=jnp.where(start, state.penetration, jnp.maximum(state.penetration, penetration)),
+            start_penetration=jnp.where(start, penetration, state.start_penetration),
             converged=converged,
             valid=valid,
             result=run.result,
             unlocated=run.unlocated,
-            steps=state["steps"] + run.stats["num_steps"],
+            steps=state.steps + run.stats["num_steps"],
             # The next stretch starts with half the step that met the event: the motion's
             # own scale, with room for an impact's change. (The controller's estimate from
             # the derivatives there took a ball's bounces up from tiny steps: 514 steps for
             # 16 members against 383; the whole step, 303, but a rocking block's ninth
             # impulse 2e-6 off Housner's ratio, against 3e-7 with the half.)
-            step=jnp.where(run.crossed, 0.5 * jax.lax.stop_gradient(run.bracket[1] - run.bracket[0]), state["step"]),
+            step=jnp.where(run.crossed, 0.5 * jax.lax.stop_gradient(run.bracket[1] - run.bracket[0]), state.step),
             meter=run.meter,
         )
 
     # reverse mode through the events needs the checkpointed loop, forward mode the plain one
     final = eqxi.while_loop(
-        cond, body, init, max_steps=max_events + 1, buffers=lambda state: state["records"], kind=loop_kind(adjoint)
+        cond, body, init, max_steps=max_events + 1, buffers=lambda state: state.records, kind=loop_kind(adjoint)
     )
-    progress_meter.close(final["meter"])
-    q, qd, forces, stretch = (x[:k] for x in final["records"])
+    progress_meter.close(final.meter)
+    q, qd, forces, stretch = (x[:k] for x in final.records)
     normal, tangent = forces[:, :c], forces[:, c:].reshape(k, c, 2)
     # a save never reached has every contact open
-    mode = jnp.where((jnp.arange(k) < final["index"])[:, None], final["stretches"][stretch], OPEN)
+    mode = jnp.where((jnp.arange(k) < final.index)[:, None], final.stretches[stretch], OPEN)
     start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
-    status = final_status(final["result"], start_finite, final["health"], q, qd)
+    status = final_status(final.result, start_finite, final.health, q, qd)
     # A loop that ended before t1 with its last solve successful and no fault met stopped for
     # the contacts (the saves it never reached are voided, which `_status` alone would read
     # as a non-finite state).
     stopped = (
-        (final["s"] < 1)
-        & (final["result"] == diffrax.RESULTS.successful)
-        & jnp.all(final["health"][:FATAL] == 0)
+        (final.s < 1)
+        & (final.result == diffrax.RESULTS.successful)
+        & jnp.all(final.health[:FATAL] == 0)
         & start_finite
     )
-    contacts_status = jnp.where(final["converged"], Status.MAX_EVENTS_REACHED, Status.CONTACT_UNRESOLVED)
+    contacts_status = jnp.where(final.converged, Status.MAX_EVENTS_REACHED, Status.CONTACT_UNRESOLVED)
     status = jnp.where(stopped, contacts_status, status)
     # The event's root finder stops only where the event value is within 1e-14 of zero: it
     # fails where a value jumps across zero instead of crossing it.
-    status = jnp.where(final["unlocated"] & start_finite, Status.CONTACT_UNRESOLVED, status)
-    status = jnp.where(final["valid"], status, Status.INVALID_PARAMETERS).astype(jnp.int32)
+    status = jnp.where(final.unlocated & start_finite, Status.CONTACT_UNRESOLVED, status)
+    status = jnp.where(final.valid, status, Status.INVALID_PARAMETERS).astype(jnp.int32)
 
     def saved(t, q, qd):
         levels = system.constraint_levels(t, q, qd)
         return levels[-1].contacts.normal.phi, levels_violation(levels)
 
     gap, violation = at_saves(saved, ts, q, qd)
-    penetration = jnp.maximum(final["penetration"], jnp.max(jnp.where(jnp.isfinite(gap), -gap, 0), initial=0))
+    penetration = jnp.maximum(final.penetration, jnp.max(jnp.where(jnp.isfinite(gap), -gap, 0), initial=0))
     # exact contacts penetrate by round-off and the events' location: more is a contact passed
     status = jnp.where((status == Status.SUCCESS) & (penetration > rest_speed), Status.CONTACT_MISSED, status)
     record = ContactRecord(
-        gap, mode, normal, tangent, final["event_times"], final["impulses"], penetration, final["start_penetration"]
+        gap, mode, normal, tangent, final.event_times, final.impulses, penetration, final.start_penetration
     )
-    return Solution(ts, q, qd, *violation, status, {"num_steps": final["steps"]}, record)
+    return Solution(ts, q, qd, *violation, status, {"num_steps": final.steps}, record)
