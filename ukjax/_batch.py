@@ -14,7 +14,7 @@ from ._events import warn_if_started_inside
 from ._jit import jit
 from ._backends import _tree_kernel as kernels
 from ._backends._backend import AutoBackend, TreeKernel, check_backend
-from ._simulate import DEFAULT_TOL, simulate, warn_if_started_off
+from ._simulate import DEFAULT_TOL, integrator_for, simulate, warn_if_started_off
 from ._solution import Solution
 from ._systems import AbstractSystem, check_state
 from ._unilateral import unilaterals
@@ -202,7 +202,7 @@ def simulate_batch(
     }
     options = {k: v for k, v in simulate_kwargs.items() if k not in numeric}
     mesh = Mesh(np.array(devices), (_AXIS,))
-    run = _RUNS[bool(unilaterals(system))]
+    run = _RUNS[integrator_for(system).events]
     # Cut back to the batch in the program within one process; across processes outside it,
     # where each process keeps its own members (a cut program would gather them all).
     cut = batch if jax.process_count() == 1 else None

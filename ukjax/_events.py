@@ -15,6 +15,7 @@ from jaxtyping import Array, PyTree
 
 from . import _linalg as la
 from ._event_values import mode_values
+from ._integrator import AbstractIntegrator, RunOptions
 from ._jit import jit
 from ._narrow import normal_rows, select_in
 from ._solution import FATAL, HEALTH, ContactRecord, Solution, Status, at_saves, final_status
@@ -243,10 +244,18 @@ def _transition(system, t, q, qd, rest_speed):
     return q, qd, modes, jump.normal, sol.scale, value, penetration, converged & settled & valid, valid
 
 
+class EventDriven(AbstractIntegrator):
+    """Smooth stretches between events, each at the solver's full order with the contacts'
+    modes fixed, and at each event its impact and the next modes (`simulate_events`)."""
+
+    events = True
+
+    def run(self, system, q0, qd0, t0, t1, options: RunOptions) -> Solution:
+        return simulate_events(system, q0, qd0, t0, t1, options)
+
+
 @jit(events=True)
-def simulate_events(
-    system, q0, qd0, t0, t1, ts, solver, rtol, atol, dt0, adaptive, max_steps, max_events, adjoint, progress_meter
-):
+def simulate_events(system, q0, qd0, t0, t1, options: RunOptions) -> Solution:
     """`_simulate` for a system with unilateral constraints: each smooth stretch is
     integrated at the solver's full order with the contacts' modes fixed, and ends where a
     mode stops holding (`_event_value` crosses zero at a step's end; the root found on that
@@ -257,6 +266,9 @@ def simulate_events(
     step's dense output, each save is interpolated once, by the stretch that reaches it, and
     no host callback enters the program. A stretch after an event starts with half the step
     that met it."""
+    ts, solver, dt0, adaptive = options.ts, options.solver, options.dt0, options.adaptive
+    rtol, atol, max_steps, max_events = options.rtol, options.atol, options.max_steps, options.max_events
+    adjoint, progress_meter = options.adjoint, options.progress_meter
     controller = diffrax.PIDController(rtol=rtol, atol=atol, norm=events_norm) if adaptive else diffrax.ConstantStepSize()
     span = t1 - t0
     scale = jnp.where(span == 0, 1.0, span)

@@ -11,13 +11,13 @@ from jaxtyping import Array, ArrayLike, Float, Real
 
 from ._arrays import as_inexact
 from ._backends._backend import AbstractBackend, AutoBackend, check_backend
-from ._events import simulate_events, warn_if_started_inside
-from ._jit import jit
-from ._projection import drift_step
-from ._solution import HEALTH, MESSAGES, Solution, Status, at_saves, final_status
+from ._events import EventDriven, warn_if_started_inside
+from ._integrator import AbstractIntegrator, RunOptions
+from ._smooth import Smooth
+from ._solution import MESSAGES, Solution, Status
 from ._solvers import RK4
 from ._stability import warn_if_unstable
-from ._stepping import FieldArgs, Projecting, StopAtFault, integrate, loop_kind, save_rows
+from ._stepping import Projecting, loop_kind
 from ._systems import AbstractSystem, check_state
 from ._unilateral import check_coefficients, unilaterals
 
@@ -123,7 +123,7 @@ def simulate(
         raise ValueError("ukjax.RK4 has no error estimate: use it with adaptive=False and dt0.")
     # read from the system's structure: no trace of its rows for every call
     found = unilaterals(system)
-    events = bool(found)
+    events = integrator_for(system).events
     for x in found:  # as built, or as edited since (`eqx.tree_at`)
         check_coefficients(x)
     known = not any(isinstance(x, jax.core.Tracer) for x in (t0, t1, dt0, q0, qd0))
@@ -149,12 +149,7 @@ def simulate(
     system = backend.bind(system, q0.dtype, jax.default_backend())
     adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint
     loop_kind(adjoint)  # one of the two, said before tracing
-    arguments = (
-        system,
-        q0,
-        qd0,
-        t0,
-        t1,
+    options = RunOptions(
         ts,
         Projecting(solver) if project else solver,
         jnp.asarray(rtol, q0.dtype),
@@ -162,14 +157,12 @@ def simulate(
         None if dt0 is None else jnp.asarray(dt0, q0.dtype),
         adaptive,
         max_steps,
+        max_events,
         adjoint,
         diffrax.NoProgressMeter() if progress_meter is None else progress_meter,
     )
     try:
-        if events:
-            solution = simulate_events(*arguments[:-2], max_events, *arguments[-2:])
-        else:
-            solution = _simulate(*arguments)
+        solution = integrator_for(system).run(system, q0, qd0, t0, t1, options)
     except TypeError as error:
         if "forward-mode autodiff" not in str(error):
             raise
@@ -271,50 +264,7 @@ def warn_if_started_off(solution: Solution, q0: Array, qd0: Array, t0, rtol: flo
     )
 
 
-@jit
-def _simulate(
-    system, q0, qd0, t0, t1, ts, solver, rtol, atol, dt0, adaptive, max_steps, adjoint, progress_meter
-):
-    controller = diffrax.PIDController(rtol=rtol, atol=atol) if adaptive else diffrax.ConstantStepSize()
-    # The run integrates from 0 to 1 in s = (t - t0) / (t1 - t0): its end time is then a
-    # constant, and what derives from it folds away when compiling. Fixed steps: the N steps
-    # diffrax would take in t, each ending at t0 + (t1 - t0) k / N as there.
-    span = t1 - t0
-    scale = jnp.where(span == 0, 1.0, span)  # t0 = t1: nothing moves, any s will do
-    if dt0 is not None and not adaptive:
-        dt0 = 1 / jnp.maximum(jnp.ceil(jnp.abs(span) / jnp.nextafter(jnp.abs(dt0), jnp.inf)), 1)
-    elif dt0 is not None:
-        dt0 = dt0 / scale
-    saves = (ts - t0) / scale
-    inf = jnp.full((save_rows(ts.shape[0]),) + q0.shape, jnp.inf, q0.dtype)
-    run = integrate(
-        solver,
-        StopAtFault(controller),
-        jnp.zeros((), q0.dtype),
-        (q0, qd0, jnp.zeros(HEALTH, q0.dtype)),
-        FieldArgs(system, t0, span),
-        dt0,
-        saves=saves,
-        records=(inf, inf),
-        index=jnp.zeros((), jnp.int32),
-        record=lambda y, _: y[:2],
-        max_steps=max_steps,
-        adjoint=adjoint,
-        progress_meter=progress_meter,
-        meter=progress_meter.init(),
-    )
-    progress_meter.close(run.meter)
-    (q, qd), (_, _, health) = (x[: ts.shape[0]] for x in run.records), run.y
-    if isinstance(solver, Projecting):  # the saves between step ends too
-        projected = jax.vmap(drift_step, in_axes=(None, 0, 0, 0))(system, ts, q, qd)
-        finite = (jnp.all(jnp.isfinite(q), axis=1) & jnp.all(jnp.isfinite(qd), axis=1))[:, None]
-        q, qd = (jnp.where(finite, new, old) for new, old in zip(projected, (q, qd)))
-    # From the step that met a fatal fault onward the saves hold no motion: voided, as the
-    # saves the run never reached are.
-    void = (saves > run.controller_state[1])[:, None]
-    q, qd = jnp.where(void, jnp.inf, q), jnp.where(void, jnp.inf, qd)
-    start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
-    status = final_status(run.result, start_finite, health, q, qd)
-    violation = at_saves(system.violation, ts, q, qd)
-    phi, phid = (None, None) if violation is None else violation
-    return Solution(ts, q, qd, phi, phid, status, run.stats)
+def integrator_for(system) -> AbstractIntegrator:
+    """The integrator a run of `system` takes: event-driven where it has unilateral
+    constraints (read from its structure, no trace), else smooth."""
+    return EventDriven() if unilaterals(system) else Smooth()

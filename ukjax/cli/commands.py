@@ -478,8 +478,7 @@ def run_simulate(args: argparse.Namespace) -> None:
 
     model = None
     if found is None:
-        from .._simulate import simulate
-        from .._unilateral import unilaterals
+        from .._simulate import integrator_for, simulate
 
         model, system = read_model()
 
@@ -489,7 +488,7 @@ def run_simulate(args: argparse.Namespace) -> None:
 
         with _stage("compiling the simulation (kept: the same command again starts at once)"):
             found = keep_program(
-                args.cache, "simulate", key, simulation, (model.q0, model.qd0), events=bool(unilaterals(system))
+                args.cache, "simulate", key, simulation, (model.q0, model.qd0), events=integrator_for(system).events
             )
     program, (q0, qd0) = found
     with _stage(f"simulating {args.t1:g} s"):
