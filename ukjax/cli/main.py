@@ -27,11 +27,12 @@ def _count(text: str) -> int:
 
 
 class _Defaults(argparse.ArgumentDefaultsHelpFormatter):
-    """Each option's default after its help, where the help does not say it already and the
-    default is not None (an option whose absence its help explains)."""
+    """Each option's default after its help, where the help does not say it already, the
+    default is not None (an option whose absence its help explains) and the option is not a
+    switch (its default is its absence)."""
 
     def _get_help_string(self, action):
-        told = action.default is None or "(default:" in (action.help or "")
+        told = action.default is None or action.nargs == 0 or "(default:" in (action.help or "")
         return action.help if told else super()._get_help_string(action)
 
 
