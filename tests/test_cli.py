@@ -273,3 +273,18 @@ print(sorted(m for m in sys.modules if m.startswith("ukjax.cli")))
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_kept_simulation_runs_and_is_read_back(tmp_path, capsys, monkeypatch):
+    """`ukjax simulate` with its cache on (the other tests turn it off): the program is kept
+    and run, then read back and run again, with the same result."""
+    (tmp_path / "box.xml").write_text(BOX)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("UKJAX_CACHE_DIR", str(tmp_path / "cache"))
+    texts = []
+    for _ in range(2):
+        main(["simulate", "box.xml", "--keyframe", "spinning", "--t1", "0.05", "--saves", "3"])
+        texts.append(capsys.readouterr().out)
+    assert all("SUCCESS" in text for text in texts)
+    final = [[line for line in text.splitlines() if "status" in line] for text in texts]
+    assert final[0] == final[1] and final[0]

@@ -17,8 +17,9 @@ from .cache import keep_program, kept_model, read_file, read_program
 
 def _fields(module) -> dict:
     """A module's fields by name (a pytree of dicts, which a kept executable's output tree
-    holds without ukjax's classes)."""
-    return {field.name: getattr(module, field.name) for field in dataclasses.fields(module)}
+    holds without ukjax's classes), but for the backend a solution reports: a module, which
+    that tree cannot rebuild (the command reads what ran from the program's own run)."""
+    return {f.name: getattr(module, f.name) for f in dataclasses.fields(module) if f.name != "backend"}
 
 
 @contextlib.contextmanager
