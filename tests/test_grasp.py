@@ -156,7 +156,7 @@ def _check_rows(model, contacts: ShapeContacts | SegmentContacts, rng):
     n = model.q0.shape[0]
     for _ in range(3):
         q, qd = np.asarray(model.q0) + rng.normal(0, 0.01, n), rng.normal(size=n)
-        for i in tree._quaternions():
+        for i in tree.quaternion_starts():
             u = rng.normal(size=4)
             q[i : i + 4] = u / np.linalg.norm(u)
             qd[i : i + 4] -= (qd[i : i + 4] @ q[i : i + 4]) * q[i : i + 4]

@@ -99,10 +99,10 @@ def covered(system) -> Parts | None:
 def _outside(parts: Parts, t, q, qd):
     """What the kernel is handed for one state: the forces that the drivers and the tree's
     tendons apply, and the rows of the constraints it does not model, `(F, A, b)`."""
-    total = parts.tree._tendon_forces(q, qd)
+    total = parts.tree.tendon_forces(q, qd)
     for driver in parts.drivers:
         total = total + (
-            driver.force(t, q, qd) if isinstance(driver, Forced) else driver._actuation(t, q, qd)
+            driver.force(t, q, qd) if isinstance(driver, Forced) else driver.actuation(t, q, qd)
         )
     if not parts.others:
         return total, jnp.zeros((0, q.shape[0]), q.dtype), jnp.zeros(0, q.dtype)
@@ -280,7 +280,7 @@ def _ffi(target, shapes, parts: Parts, q, qd, outside, lanes, space, extra=(), *
         if parts.stabilization is None
         else jnp.stack([parts.stabilization.alpha, parts.stabilization.beta]),
     )
-    p = len(tree._quaternions()) + 3 * len(connects) + outside[2].shape[1]
+    p = len(tree.quaternion_starts()) + 3 * len(connects) + outside[2].shape[1]
     alpha, beta = NORM_GAINS
     # a batch the kernel's own batching rule does not see (a vmap around one that did): its
     # members one after another, each a call on its (B, n) states
@@ -374,14 +374,14 @@ def solve(system, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> UKSolutio
 
 def _xla_dynamics(tree, q, qd):
     kin = tree.kinematics(q)
-    return (*tree._mass_and_forces(q, qd, kin), kin.rotations, kin.positions, kin.twists, *algorithms.motion(tree, kin, qd))
+    return (*tree.mass_and_forces(q, qd, kin), kin.rotations, kin.positions, kin.twists, *algorithms.motion(tree, kin, qd))
 
 
 @eqx.filter_custom_jvp
 def _dynamics(tree, q, qd, batches=True):
     arrays, static = eqx.partition(tree, eqx.is_array)
     # a tree's dynamics do not depend on time: the same call at every time of a program
-    prepare = lambda tree, t, q, qd: tree._tendon_forces(q, qd)  # noqa: E731
+    prepare = lambda tree, t, q, qd: tree.tendon_forces(q, qd)  # noqa: E731
     xla = lambda tree, t, q, qd: _xla_dynamics(tree, q, qd)  # noqa: E731
     return _mapped(static, prepare, _dynamics_call, xla, batches)(arrays, jnp.zeros((), q.dtype), q, qd)
 
@@ -396,7 +396,7 @@ def _dynamics_jvp(primals, tangents):
 class TreeKernelRoute(AbstractTreeRoute):
     """A tree's `M`, `Q` and motion by the compiled kernel (`UkTreeDynamics`) on a CPU: for one
     state, and under `jax.vmap` once for the whole batch; derivatives from the XLA route
-    (`RigidBodyTree._mass_and_forces`). Set on a tree by `TreeKernel.bind`: a system without
+    (`RigidBodyTree.mass_and_forces`). Set on a tree by `TreeKernel.bind`: a system without
     contacts takes its whole solve from the kernel (`solve`), one with contacts or limits,
     whose rows the contact solve takes, its `M` and `Q` from here. On a GPU (`platform`), the
     solve and the contact dynamics run on the kernel, `M` and `Q` alone in XLA."""
@@ -408,7 +408,7 @@ class TreeKernelRoute(AbstractTreeRoute):
 
     def mass_and_forces(self, tree, q, qd):
         if not self._on_kernel(q, qd):
-            return tree._mass_and_forces(q, qd, tree.kinematics(q))
+            return tree.mass_and_forces(q, qd, tree.kinematics(q))
         return _dynamics(tree, q, qd)[:2]
 
     def motion(self, tree, q, qd) -> tuple[Kinematics, tuple]:
@@ -506,7 +506,7 @@ def _contacts_call(system, q: Float[Array, "B n"], qd: Float[Array, "B n"], inpu
     F, A, b, *per_state = inputs
     # the solve's rows: the equalities (the quaternions' norms, the connects', the caller's), then
     # k normal and 2k tangent
-    P = len(parts.tree._quaternions()) + 3 * len(parts.connects) + b.shape[1] + 3 * k
+    P = len(parts.tree.quaternion_starts()) + 3 * len(parts.connects) + b.shape[1] + 3 * k
     shapes = ((n,), (n,), (k,), (k, 2), (k,), (k,), (k, 2), (3,))
     return _ffi(
         lambda _: TREE_CONTACTS,

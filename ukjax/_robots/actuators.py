@@ -145,18 +145,20 @@ class Actuated(AbstractSystem):
     def sketch(self, t, q):
         return self.system.sketch(t, q)
 
-    def _actuation(self, t, q, qd):
+    def actuation(self, t, q, qd):
+        """The actuators' generalized forces (MuJoCo's `qfrc_actuator`) under the controls at
+        `(t, q, q̇)`."""
         return self.actuators.forces(tree_of(self.system), q, qd, self.control(t, q, qd))
 
     def mass_matrix(self, t, q):
         return self.system.mass_matrix(t, q)
 
     def forces(self, t, q, qd):
-        return self.system.forces(t, q, qd) + self._actuation(t, q, qd)
+        return self.system.forces(t, q, qd) + self.actuation(t, q, qd)
 
     def constraint_levels(self, t, q, qd):
         return self.system.constraint_levels(t, q, qd)
 
     def dynamics(self, t, q, qd):
         inner = self.system.dynamics(t, q, qd)
-        return inner._replace(Q=inner.Q + self._actuation(t, q, qd))
+        return inner._replace(Q=inner.Q + self.actuation(t, q, qd))

@@ -270,7 +270,7 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         parts["free"] = [".x", ".y", ".z"] + parts["ball"]
         return tuple(name + p for name, kind in zip(self.joint_names, self.joint_kinds) for p in parts[kind])
 
-    def _quaternions(self) -> list[int]:
+    def quaternion_starts(self) -> list[int]:
         """The first coordinate of every quaternion (ball and free joints)."""
         return [
             self.joint_coordinates[j] + (3 if kind == "free" else 0)
@@ -342,7 +342,7 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
             )
         # G's quaternion blocks are 2E with E Eᵀ = I: their pseudo-inverse is ¼ of their transpose
         scale = jnp.ones(self.num_coordinates, q.dtype)
-        for c in self._quaternions():
+        for c in self.quaternion_starts():
             scale = scale.at[c : c + 4].set(0.25)
         return q, scale * (self.velocity_map(q).T @ qvel)
 
@@ -358,7 +358,7 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         """
         q, qd = as_inexact(q), as_inexact(qd)
         qpos = q
-        for c in self._quaternions():
+        for c in self.quaternion_starts():
             qpos = qpos.at[c : c + 4].set(q[c : c + 4] / jnp.linalg.norm(q[c : c + 4]))
         return qpos, self.velocity_map(q) @ qd
 
@@ -375,10 +375,10 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
 
     def _forces(self, q, qd, kin: Kinematics):
         springs = self.stiffness * (q - self.spring_reference)
-        for c in self._quaternions():  # springs act on hinges and slides
+        for c in self.quaternion_starts():  # springs act on hinges and slides
             springs = springs.at[c : c + 4].set(0.0)
         damping = joints.dof_metric(self, q, self.damping) @ qd
-        return -algorithms.bias_forces(self, qd, kin) - damping - springs + self._tendon_forces(q, qd)
+        return -algorithms.bias_forces(self, qd, kin) - damping - springs + self.tendon_forces(q, qd)
 
     def tendon_lengths(self, q: Float[Array, " n"]) -> Float[Array, " t"]:
         """The fixed tendons' lengths `L = C q`, shape (t,)."""
@@ -388,7 +388,7 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         """The index of the tendon `name`."""
         return self._index(self.tendon_names, name, "tendon")
 
-    def _tendon_forces(self, q, qd):
+    def tendon_forces(self, q, qd):
         """`Cᵀ (−k (L − L_spring) − d L̇)`, with no spring force inside the dead band."""
         C = self.tendon_coefficients
         if not C.shape[0]:
@@ -405,7 +405,7 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
 
         A `ConstraintRows` with one row per quaternion.
         """
-        starts = self._quaternions()
+        starts = self.quaternion_starts()
         A = jnp.zeros((len(starts), q.shape[0]), q.dtype)
         phi, phid, b = [], [], []
         for row, c in enumerate(starts):
@@ -419,27 +419,27 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
         return ConstraintRows(A, b - alpha * phid - beta * phi, phi, phid)
 
     def constraint_levels(self, t, q, qd):
-        return (ConstraintLevel(self.norm_rows(q, qd), None, "svd"),) if self._quaternions() else ()
+        return (ConstraintLevel(self.norm_rows(q, qd), None, "svd"),) if self.quaternion_starts() else ()
 
     def dynamics(self, t, q, qd):
         if self.route is not None:
             M, Q = self.route.mass_and_forces(self, q, qd)
         else:
-            M, Q = self._mass_and_forces(q, qd, self.kinematics(q))
-        if not self._quaternions():
+            M, Q = self.mass_and_forces(q, qd, self.kinematics(q))
+        if not self.quaternion_starts():
             return Dynamics(M, Q, ())
         return Dynamics(M, Q, (ConstraintLevel(self.norm_rows(q, qd), None, "svd"),))
 
-    def _mass_and_forces(self, q, qd, kin: Kinematics):
+    def mass_and_forces(self, q, qd, kin: Kinematics):
         """`M` and `Q` of `dynamics` in XLA from the kinematics at `q`, the quaternions' norm
         rows folded in."""
         M, Q = algorithms.mass_matrix(self, q, kin), self._forces(q, qd, kin)
-        if not self._quaternions():
+        if not self.quaternion_starts():
             return M, Q
         rows = self.norm_rows(q, qd)
         # M is singular along each quaternion: the auxiliary system M + γAᵀA, Q + γAᵀb moves
         # as the constrained one does, with γ of the size of the block the row completes
-        gamma = jnp.stack([jnp.trace(M[c : c + 4, c : c + 4]) / 4 for c in self._quaternions()])
+        gamma = jnp.stack([jnp.trace(M[c : c + 4, c : c + 4]) / 4 for c in self.quaternion_starts()])
         return M + rows.A.T @ (gamma[:, None] * rows.A), Q + rows.A.T @ (gamma * rows.b)
 
     def sketch(self, t, q):
