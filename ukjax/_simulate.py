@@ -123,7 +123,8 @@ def simulate(
         raise ValueError("ukjax.RK4 has no error estimate: use it with adaptive=False and dt0.")
     # read from the system's structure: no trace of its rows for every call
     found = unilaterals(system)
-    events = integrator_for(system).events
+    integrator = integrator_for(system)
+    events = integrator.events
     for x in found:  # as built, or as edited since (`eqx.tree_at`)
         check_coefficients(x)
     known = not any(isinstance(x, jax.core.Tracer) for x in (t0, t1, dt0, q0, qd0))
@@ -145,8 +146,9 @@ def simulate(
         )
     solver = diffrax.Tsit5() if solver is None else solver
     check_backend(backend)
-    backend = backend.select(system, q0.dtype, jax.default_backend())
-    system = backend.bind(system, q0.dtype, jax.default_backend())
+    platform = jax.default_backend()
+    backend = backend.select(system, q0.dtype, platform)
+    system = backend.bind(system, q0.dtype, platform)
     adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint
     loop_kind(adjoint)  # one of the two, said before tracing
     options = RunOptions(
@@ -162,7 +164,7 @@ def simulate(
         diffrax.NoProgressMeter() if progress_meter is None else progress_meter,
     )
     try:
-        solution = integrator_for(system).run(system, q0, qd0, t0, t1, options)
+        solution = integrator.run(system, q0, qd0, t0, t1, options)
     except TypeError as error:
         if "forward-mode autodiff" not in str(error):
             raise
