@@ -6,7 +6,8 @@
 # optionally, gaps `(g, 2, d)` that a constraint should keep closed (drawn in red as soon as
 # they open). `d` is 2 for a planar system, 3 for a spatial one. Systems built by ukjax (every
 # mechanism in `ukjax.models`, every MJCF or URDF robot) bring their own; a system you write
-# yourself gets one by defining the method. Wrappers (`ConstrainedSystem`, `Forced`,
+# yourself gets one by deriving from [`ukjax.AbstractDrawn`][] too and defining the method.
+# Wrappers (`ConstrainedSystem`, `Forced`,
 # `ComposedSystem`) draw what they wrap, so a constrained system is drawn for free.
 #
 # Here: a double pendulum in Cartesian coordinates, `q = (x₁, y₁, x₂, y₂)`, whose two rods are
@@ -26,7 +27,7 @@ FIGURES = Path(os.environ.get("UKJAX_FIGURES", "notebooks/figures"))
 FIGURES.mkdir(parents=True, exist_ok=True)
 
 
-class CartesianPendulum(ukjax.AbstractUnconstrainedSystem):
+class CartesianPendulum(ukjax.AbstractUnconstrainedSystem, ukjax.AbstractDrawn):
     """Two point masses under gravity, drawn as a chain from the pivot at the origin."""
 
     masses: jax.Array
@@ -67,6 +68,6 @@ if "get_ipython" in globals():  # run as a notebook (the documentation site): sh
     display(HTML(f'<img src="data:image/gif;base64,{base64.b64encode(gif.read_bytes()).decode()}">'))
 
 # %% [markdown]
-# A constraint can add to the drawing too: subclass it and give it
-# `sketch(self, system, t, q)`, returning a `Sketch` (or None), as `ukjax.models.Connect` does
-# for the gap of a loop closure.
+# A constraint can add to the drawing too: derive it from
+# [`ukjax.AbstractDrawnConstraint`][] and give it `sketch(self, system, t, q)`, returning a
+# `Sketch` (or None), as `ukjax.models.Connect` does for the gap of a loop closure.

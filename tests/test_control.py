@@ -61,7 +61,7 @@ def test_exact_control_against_kkt():
         return np.linalg.solve(K, rhs)[:6]
 
     for exact, expect_tracking in [(True, True), (False, False)]:
-        sol = call(ukjax.ServoControl(csys, servo, B, exact=exact).solve, t, q, qd)
+        sol = call(ukjax.ServoControl(csys, servo, B, exact=exact).solution, t, q, qd)
         qdd = kkt_acceleration(sol.u)
         np.testing.assert_allclose(sol.acceleration, qdd, atol=1e-10)  # the closed loop's physics
         servo_residual = np.abs(np.asarray(rows_s.A) @ qdd - np.asarray(rows_s.b)).max()
@@ -76,8 +76,8 @@ def test_minimum_norm_and_nullspace_term():
     csys = ukjax.ConstrainedSystem(system, passive)
     t, q, qd = 0.1, jnp.asarray(rng.normal(size=6)), jnp.asarray(rng.normal(size=6))
     s_vec = jnp.array([1.0, -2.0, 0.5, 3.0])
-    plain = call(ukjax.ServoControl(csys, servo, B).solve, t, q, qd)
-    shaped = call(ukjax.ServoControl(csys, servo, B, nullspace=lambda t, q, qd: s_vec).solve, t, q, qd)
+    plain = call(ukjax.ServoControl(csys, servo, B).solution, t, q, qd)
+    shaped = call(ukjax.ServoControl(csys, servo, B, nullspace=lambda t, q, qd: s_vec).solution, t, q, qd)
     rows = call(ukjax.ConstrainedSystem(system, servo).rows, t, q, qd)
     for sol in (plain, shaped):
         np.testing.assert_allclose(rows.A @ sol.acceleration, rows.b, atol=1e-10)

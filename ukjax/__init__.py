@@ -8,7 +8,7 @@ import typing
 # diffrax alone take half a second).
 if typing.TYPE_CHECKING:
     from . import examples as examples, models as models
-    from ._animate import Sketch as Sketch, animate as animate
+    from ._animate import AbstractDrawn as AbstractDrawn, Sketch as Sketch, animate as animate
     from ._backends._backend import (
         AbstractBackend as AbstractBackend,
         AutoBackend as AutoBackend,
@@ -19,6 +19,7 @@ if typing.TYPE_CHECKING:
     from ._composed import ComposedSystem as ComposedSystem
     from ._constraints import (
         AbstractConstraint as AbstractConstraint,
+        AbstractDrawnConstraint as AbstractDrawnConstraint,
         AbstractHolonomic as AbstractHolonomic,
         AbstractNonholonomic as AbstractNonholonomic,
         AbstractSystemConstraint as AbstractSystemConstraint,
@@ -50,12 +51,13 @@ if typing.TYPE_CHECKING:
     from ._solution import ContactRecord as ContactRecord, Solution as Solution, Status as Status
     from ._solvers import RK4 as RK4, stiff_solver as stiff_solver
     from ._statistics import LeastSquaresResult as LeastSquaresResult
+    from ._dynamics import ConstraintLevel as ConstraintLevel, Dynamics as Dynamics
     from ._systems import (
+        AbstractSized as AbstractSized,
         AbstractSystem as AbstractSystem,
         AbstractUnconstrainedSystem as AbstractUnconstrainedSystem,
+        AbstractWrapper as AbstractWrapper,
         ConstrainedSystem as ConstrainedSystem,
-        ConstraintLevel as ConstraintLevel,
-        Dynamics as Dynamics,
         ExplicitSystem as ExplicitSystem,
         Forced as Forced,
         LagrangianSystem as LagrangianSystem,

@@ -1,6 +1,7 @@
 """Drawings of configurations (`Sketch`, what each system's `sketch` returns) and animations
 of solutions."""
 
+import abc
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,6 +67,33 @@ class Sketch(eqx.Module):
         return self.points.shape[-1]
 
 
+class AbstractDrawn(eqx.Module):
+    """Something that draws itself: a system with a geometry (its stick figure, what
+    [`ukjax.animate`][] draws), or a wrapper that draws what it wraps. Subclass it beside the
+    system's own base (`class Pendulum(ukjax.AbstractUnconstrainedSystem, ukjax.AbstractDrawn)`)
+    with a `sketch(t, q)` method."""
+
+    @abc.abstractmethod
+    def sketch(self, t: ArrayLike, q: Float[Array, " n"]) -> Sketch:
+        """A stick figure of the configuration `q` at time `t`.
+
+        **Returns:**
+
+        A [`ukjax.Sketch`][].
+        """
+
+
+def sketch_of(system, t: ArrayLike, q: Float[Array, " n"]) -> Sketch:
+    """`system.sketch(t, q)`, with an error that says how to draw a system that does not."""
+    if not isinstance(system, AbstractDrawn):
+        raise NotImplementedError(
+            f"{type(system).__name__} does not say how it is drawn: make it a ukjax.AbstractDrawn with a "
+            "sketch(t, q) method returning a ukjax.Sketch. A worked example: 'Drawing your own system' on "
+            "the documentation site (docs/examples/sketch.py in the repository)."
+        )
+    return system.sketch(t, q)
+
+
 def join(*sketches: Sketch | None) -> Sketch:
     """One sketch of several (None entries skipped), each keeping its parts, numbered after
     those of the sketches before it; 2D sketches are drawn in the `z = 0` plane when any is
@@ -109,7 +137,7 @@ def animate(
 
     **Arguments:**
 
-    - `system`: the simulated system (anything with a `sketch(t, q)` method).
+    - `system`: the simulated system, a [`ukjax.AbstractDrawn`][] (or a wrapper of one).
     - `sol`: a [`ukjax.Solution`][] from `simulate` (`q` of shape (T, n)) or `simulate_batch`
       ((B, T, n)).
     - `path`: the file: `.gif` (matplotlib's Pillow writer), or `.mp4` where ffmpeg is on the
@@ -142,6 +170,7 @@ def animate(
     q, ts = q[:, ::every], ts[:, ::every]
     finite = jnp.all(jnp.isfinite(q), axis=-1) & jnp.isfinite(ts)
     # unfinished saves hold inf: draw a finite stand-in, then blank those frames
+    sketch_of(system, ts[0, 0], q[0, 0])  # the error for a system that cannot be drawn, before tracing
     sketches = jit(lambda s, t, q: jax.vmap(jax.vmap(s.sketch))(t, q))(
         system, jnp.where(finite, ts, 0.0), jnp.where(finite[..., None], q, 0.0)
     )
@@ -244,7 +273,7 @@ def _plane(everything: np.ndarray) -> list[int]:
 
 def _violation_titles(sol, batched: bool, every: int, violation) -> list:
     """One function per line of the title, frame → text, for the rows `violation` names."""
-    phi = getattr(sol, "phi", None)
+    phi = sol.phi
     if phi is None or phi.shape[-1] == 0:
         return []
     phi = np.abs(np.asarray(phi if batched else phi[None])[:, ::every])

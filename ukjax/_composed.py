@@ -1,13 +1,16 @@
 """Subsystems stacked into one system: block-diagonal `M`, stacked `Q`, every part's
 constraints joined in the whole's U-K solve."""
 
+import functools
+
 import equinox as eqx
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jaxtyping import Array, Float
 
-from ._animate import join
-from ._systems import AbstractSystem, ConstraintLevel, Dynamics, merge
+from ._animate import AbstractDrawn, join, sketch_of
+from ._dynamics import ConstraintLevel, Dynamics, merge
+from ._systems import AbstractSized, AbstractSystem, innermost, sizes_of, violation_of
 
 
 def _embed(level: ConstraintLevel, where: slice, n: int) -> ConstraintLevel:
@@ -24,7 +27,7 @@ def _embed(level: ConstraintLevel, where: slice, n: int) -> ConstraintLevel:
     return ConstraintLevel(widen(rows), c, level.method, contacts, level.kernel)
 
 
-class ComposedSystem(AbstractSystem):
+class ComposedSystem(AbstractSystem, AbstractSized, AbstractDrawn):
     """Subsystems stacked into one: block-diagonal `M`, stacked `Q`, named coordinate slices.
     Connect them with constraints (the parallel-robot paper [1] §2, the redundant-manipulator paper [4]). Constrained parts keep their
     constraints: they join the whole system's U-K solve.
@@ -48,9 +51,9 @@ class ComposedSystem(AbstractSystem):
             if not isinstance(part, AbstractSystem):
                 raise TypeError(f"part {name!r} must be a ukjax system, got {type(part).__name__}.")
             if name not in sizes:
-                if not hasattr(part, "num_coordinates"):
+                if not isinstance(innermost(part), AbstractSized):
                     raise ValueError(f"Give the number of coordinates of part {name!r} in sizes.")
-                sizes[name] = part.num_coordinates
+                sizes[name] = sizes_of(part)[0]
         self.names = tuple(parts)
         self.systems = tuple(parts.values())
         self.sizes = tuple(int(sizes[name]) for name in parts)
@@ -63,6 +66,12 @@ class ComposedSystem(AbstractSystem):
     @property
     def num_coordinates(self) -> int:
         return sum(self.sizes)
+
+    @property
+    def num_velocities(self) -> int:
+        # a part that does not say is taken to have as many velocities as coordinates
+        known = lambda p, n: sizes_of(p)[1] if isinstance(innermost(p), AbstractSized) else n  # noqa: E731
+        return sum(known(p, n) for p, n in zip(self.systems, self.sizes))
 
     def slice(self, name: str) -> slice:
         """The coordinates of part `name` within `q`."""
@@ -84,7 +93,7 @@ class ComposedSystem(AbstractSystem):
             )
 
     def sketch(self, t, q):
-        return join(*(p.sketch(t, self.part(q, name)) for name, p in self.parts.items()))
+        return join(*(sketch_of(p, t, self.part(q, name)) for name, p in self.parts.items()))
 
     def mass_matrix(self, t, q):
         self._check(q)
@@ -130,4 +139,10 @@ class ComposedSystem(AbstractSystem):
         ]
         levels = self._aligned([(where, d.levels) for where, d in parts])
         M = jsl.block_diag(*(d.M for _, d in parts))
-        return Dynamics(M, jnp.concatenate([d.Q for _, d in parts]), levels)
+        # a part's own inconsistency (a controlled part's servo constraints) is the whole's
+        own = [d.inconsistency for _, d in parts if d.inconsistency is not None]
+        inconsistency = functools.reduce(jnp.maximum, own) if own else None
+        return Dynamics(M, jnp.concatenate([d.Q for _, d in parts]), levels, inconsistency)
+
+    def violation(self, t, q, qd):
+        return violation_of(self.constraint_levels(t, q, qd))

@@ -66,10 +66,20 @@ class AbstractConstraint(eqx.Module):
         A `ConstraintRows` with `A` (p, n), `b` (p,) and the residuals `phi`, `phid` (p,).
         """
 
+
+class AbstractDrawnConstraint(AbstractConstraint):
+    """A constraint that adds to the drawing of the system it constrains (a loop closure's gap,
+    a path to follow, a contact's geometry). Subclass it with `rows` and `sketch`."""
+
+    @abc.abstractmethod
     def sketch(self, system, t: Real[ArrayLike, ""], q: Float[Array, " n"]) -> Sketch | None:
-        """What the constraint adds to a drawing of `system` at `(t, q)` (a loop closure's
-        gap), or None (the default: nothing)."""
-        return None
+        """What the constraint adds to a drawing of `system` at `(t, q)`, or None (nothing at
+        this configuration).
+
+        **Returns:**
+
+        A [`ukjax.Sketch`][] or None.
+        """
 
 
 def holonomic_rows(phi: Callable, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> ConstraintRows:

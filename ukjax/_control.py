@@ -10,7 +10,9 @@ from jaxtyping import Array, ArrayLike, Float
 
 from ._constraints import AbstractConstraint, Baumgarte, stack_rows
 from ._core import UKSolution, projected_solve, sqrt_eps
-from ._systems import AbstractSystem, ConstrainedSystem, ConstraintLevel, Dynamics, solve_dynamics
+from ._animate import sketch_of
+from ._dynamics import ConstraintLevel, Dynamics, solve_dynamics
+from ._systems import AbstractSystem, AbstractWrapper, ConstrainedSystem
 
 
 class ServoSolution(NamedTuple):
@@ -95,8 +97,13 @@ class ServoControl(eqx.Module):
         self.exact = exact
         self.nullspace = nullspace
 
-    def solve(self, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> ServoSolution:
-        """Inputs, resulting acceleration and achievability at `(t, q, q̇)`."""
+    def solution(self, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> ServoSolution:
+        """Inputs, resulting acceleration and achievability at `(t, q, q̇)`.
+
+        **Returns:**
+
+        A [`ukjax.ServoSolution`][].
+        """
         n = q.shape[0]
         if self.actuation.shape[0] != n:
             raise ValueError(
@@ -119,12 +126,12 @@ class ServoControl(eqx.Module):
 
     def __call__(self, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, " m"]:
         """The inputs `u(t, q, q̇)`, shape (m,)."""
-        return self.solve(t, q, qd).u
+        return self.solution(t, q, qd).u
 
     def achievable(self, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Array:
         """Whether the inputs can realise the servo constraints at `(t, q, q̇)` (rank test of
         the servo-control paper [3] eq. 33, to a relative tolerance of √ε)."""
-        sol = self.solve(t, q, qd)
+        sol = self.solution(t, q, qd)
         return sol.unachievable <= sqrt_eps(sol.unachievable)
 
     def violation(self, t, q: Float[Array, " n"], qd: Float[Array, " n"]) -> tuple[Array, Array]:
@@ -137,19 +144,26 @@ class ServoControl(eqx.Module):
         return ClosedLoop(self)
 
 
-class ClosedLoop(AbstractSystem):
+class ClosedLoop(AbstractWrapper):
     """A system under servo control: `M q̈ = Q + B_u u(t, q, q̇) + Qᶜ`, passive constraints
     (if any) included. Its `violation` is the servo tracking error, and `simulate` reports
     servo constraints that the inputs cannot realise as `INCONSISTENT_CONSTRAINTS`. Wrapped or
-    composed, it is a system whose applied forces include the control law's."""
+    composed, it is a system whose applied forces include the control law's; unilateral
+    constraints around it (contacts, limits) see the control as a force, which does not see
+    them."""
 
     control: ServoControl
+
+    @property
+    def system(self) -> AbstractSystem:
+        """The system under control."""
+        return self.control.system
 
     def mass_matrix(self, t, q):
         return self.control.system.mass_matrix(t, q)
 
     def sketch(self, t, q):
-        return self.control.system.sketch(t, q)
+        return sketch_of(self.control.system, t, q)
 
     def forces(self, t, q, qd):
         return self.control.system.forces(t, q, qd) + self.control.actuation @ self.control(t, q, qd)
@@ -158,21 +172,12 @@ class ClosedLoop(AbstractSystem):
         return self.control.system.constraint_levels(t, q, qd)
 
     def dynamics(self, t, q, qd):
+        # the inputs as a force, and how far they miss the servo constraints as the forces' own
+        # inconsistency; the passive constraints solved under that force give the controller's
+        # acceleration `a + P B_u u`
+        servo = self.control.solution(t, q, qd)
         d = self.control.system.dynamics(t, q, qd)
-        return d._replace(Q=d.Q + self.control.actuation @ self.control(t, q, qd))
-
-    def solve(self, t, q, qd):
-        # The controller has already solved the passive constraints and the input map:
-        # `a + P B_u u` is the closed loop's acceleration without a second solve.
-        servo = self.control.solve(t, q, qd)
-        passive = servo.passive
-        M = self.mass_matrix(t, q)
-        induced = M @ (servo.acceleration - passive.acceleration) - self.control.actuation @ servo.u
-        return passive._replace(
-            acceleration=servo.acceleration,
-            constraint_force=passive.constraint_force + induced,
-            inconsistency=jnp.maximum(passive.inconsistency, servo.unachievable),
-        )
+        return d._replace(Q=d.Q + self.control.actuation @ servo.u, inconsistency=servo.unachievable)
 
     def violation(self, t, q, qd):
         """Tracking error of the servo constraints `(phi, phid)`."""

@@ -19,8 +19,9 @@ from ._integrator import AbstractIntegrator, RunOptions
 from ._jit import jit
 from ._narrow import normal_rows, select_in
 from ._solution import FATAL, HEALTH, ContactRecord, Solution, Status, at_saves, final_status
-from ._stepping import Bounded, FieldArgs, StopAtFault, events_norm, integrate, loop_kind, save_rows, solve_in_modes
-from ._systems import levels_violation, solve_levels
+from ._backends._acceleration import solve_system
+from ._stepping import Bounded, FieldArgs, StopAtFault, events_norm, integrate, loop_kind, save_rows
+from ._dynamics import levels_violation, solve_levels
 from ._unilateral import (
     OPEN,
     TOUCH,
@@ -71,14 +72,10 @@ def contact_labels(system) -> list[str] | None:
     limits by `joints`, the lower limits first); None otherwise."""
     labels = []
     for unilateral in unilaterals(system):
-        # the fields a file's contacts and limits carry; a constraint of functions has none
-        names, joints = getattr(unilateral, "names", None), getattr(unilateral, "joints", None)
-        if isinstance(names, tuple):
-            labels += list(names)
-        elif isinstance(joints, tuple):
-            labels += [f"{joint} (lower limit)" for joint in joints] + [f"{joint} (upper limit)" for joint in joints]
-        else:
+        own = unilateral.labels()
+        if own is None:
             return None
+        labels += list(own)
     return labels
 
 
@@ -136,7 +133,7 @@ _SLIDE_SPEED = 1e3
 def _event_value(s, y, args):
     """`mode_values` at `y`, in the normalised time `s`, in the modes of `args`."""
     q, qd = y[:2]
-    _, sol, state = solve_in_modes(args.system, args.time(s), q, qd, args.modes, args.rest)
+    _, sol, state = solve_system(args.system, args.time(s), q, qd, args.modes, args.rest)
     return mode_values(state, sol, args.modes, args.force_scale)
 
 

@@ -371,6 +371,7 @@ def _least_squares(solver, fn: _Residuals, theta, options: dict, max_steps: int,
     `residual`, `jacobian`) and the solver's `result`; `progress`: report each step to the
     innermost of `_METERS`."""
     f_struct = jax.eval_shape(lambda theta: fn(theta)[0], theta)
+    gauss_newton = isinstance(solver, optx.AbstractGaussNewton)
     # the loop carries the state's arrays; the rest (its linearisation's jaxprs) is the same
     # at every step, as optimistix's own loop has it
     state, static = eqx.partition(solver.init(fn, theta, None, options, f_struct, None, frozenset()), eqx.is_array)
@@ -380,7 +381,7 @@ def _least_squares(solver, fn: _Residuals, theta, options: dict, max_steps: int,
         theta, state, _ = solver.step(fn, theta, None, options, eqx.combine(state, static), frozenset())
         # Gauss–Newton-type solvers carry the residual of the last accepted point (their first
         # step evaluates the start)
-        r = state.f_info.residual if hasattr(state, "f_info") else fn(theta)[0]
+        r = state.f_info.residual if gauss_newton else fn(theta)[0]
         cost = 0.5 * jnp.sum(r**2)
         if progress:
             jax.debug.callback(_report, k + 1, cost, ordered=True)
@@ -394,7 +395,7 @@ def _least_squares(solver, fn: _Residuals, theta, options: dict, max_steps: int,
         lambda carry: (carry[2] < max_steps) & ~carry[3] & carry[6], step, carry
     )
     state = eqx.combine(state, static)
-    if max_steps and isinstance(getattr(getattr(state, "f_info", None), "jac", None), lx.AbstractLinearOperator):
+    if max_steps and gauss_newton and isinstance(state.f_info.jac, lx.AbstractLinearOperator):
         # The solver linearised at the accepted point already (with jac="fwd", a stored
         # matrix): materialise that rather than differentiate the simulation once more.
         r, jacobian = state.f_info.residual, state.f_info.jac.as_matrix()

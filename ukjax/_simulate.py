@@ -138,12 +138,6 @@ def simulate(
         _check_fixed_step(float(t0), float(t1), float(dt0))
         solver_ = diffrax.Tsit5() if solver is None else solver
         warn_if_unstable(system, solver_, t0, q0, qd0, abs(float(t1) - float(t0)), float(dt0))
-    if events and type(system).solve is not AbstractSystem.solve:
-        raise NotImplementedError(
-            f"{type(system).__name__} solves its own accelerations (servo control), which do not see "
-            "unilateral constraints: simulate the contacts without it, or apply the control as a force "
-            "(ukjax.Forced)."
-        )
     solver = diffrax.Tsit5() if solver is None else solver
     check_backend(backend)
     platform = jax.default_backend()

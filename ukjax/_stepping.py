@@ -14,13 +14,11 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, PyTree
 
-from ._core import UKSolution, sqrt_eps
+from ._core import sqrt_eps
 from ._event_values import mode_values
 from ._projection import drift_step
-from ._backends import _tree_kernel as kernels
+from ._backends._acceleration import solve_system
 from ._solution import FATAL, HEALTH
-from ._systems import contact_level, solve_levels
-from ._unilateral import ContactSolution, ContactState, contact_state, sliding_now
 
 
 class FieldArgs(eqx.Module):
@@ -76,12 +74,8 @@ def _rates(s, q, qd, args):
     # in the normalised time s = (t - t0) / (t1 - t0) of `_simulate`
     system, span, modes, rest = args.system, args.span, args.modes, args.rest
     t = args.time(s)
-    # between events the contacts keep the modes the simulation chose (`_events`); mapped over
-    # states, a robot tree's solve is one call of the compiled kernel (`kernels.solve`)
-    if modes is None:
-        sol, contacts = kernels.solve(system, t, q, qd), None
-    else:
-        sol, contacts, state = solve_in_modes(system, t, q, qd, modes, rest)
+    # between events the contacts keep the modes the simulation chose (`_events`)
+    sol, contacts, state = solve_system(system, t, q, qd, modes, rest)
     # Results follow the state's dtype even where the model's parameters are wider.
     qdd = sol.acceleration.astype(qd.dtype)
     # one reduction, not three: each is an operation of its own in every stage
@@ -109,19 +103,6 @@ def _rates(s, q, qd, args):
         value = jnp.minimum(value, jnp.finfo(qd.dtype).max).astype(qd.dtype)
         return span * qd, span * qdd, jnp.concatenate([span * record, value[None]])
     return span * qd, span * qdd, span * record
-
-
-def solve_in_modes(system, t, q, qd, modes, rest) -> tuple[UKSolution, ContactSolution, ContactState]:
-    """`system`'s solve at `(t, q, q̇)` with its contacts in `modes` (sliding as `sliding_now`
-    says with `rest`), and its contacts' state: by one call of the tree kernel where it runs for
-    `system` (`kernels.in_modes`), else by XLA."""
-    fused = kernels.in_modes(system, t, q, qd, modes, rest)
-    if fused is not None:
-        contacts, state = fused
-        return contact_level(contacts, contacts.solvable), contacts, state
-    d = system.dynamics(t, q, qd)
-    sol, (_, contacts, _) = solve_levels(d, sliding_now(modes, d.levels[-1].contacts, rest))
-    return sol, contacts, contact_state(d.levels[-1].contacts)
 
 
 def events_norm(error) -> Array:
@@ -214,7 +195,7 @@ class Projecting(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
     scan_kind: str | None = None
 
     def _inner(self):
-        if self.scan_kind is None or not hasattr(self.solver, "scan_kind"):
+        if self.scan_kind is None or not isinstance(self.solver, diffrax.AbstractRungeKutta):
             return self.solver
         return eqx.tree_at(lambda s: s.scan_kind, self.solver, self.scan_kind, is_leaf=lambda x: x is None)
 
@@ -467,7 +448,7 @@ def integrate(
     `max_steps`), `result` diffrax's (a root that could not be located included).
     """
     kind = loop_kind(adjoint)
-    if kind == "lax" and getattr(solver, "scan_kind", False) is None:
+    if kind == "lax" and isinstance(solver, (diffrax.AbstractRungeKutta, Projecting)) and solver.scan_kind is None:
         # a Runge–Kutta solver's stages in a plain loop, for forward mode (as diffrax does)
         solver = eqx.tree_at(lambda s: s.scan_kind, solver, "lax", is_leaf=lambda x: x is None)
     terms = diffrax.ODETerm(vector_field)
@@ -555,7 +536,7 @@ def integrate(
             meter=progress_meter.step(x.meter, jnp.where(advance, sprev, x.s)),
         )
 
-    checkpoints = getattr(adjoint, "checkpoints", None)
+    checkpoints = adjoint.checkpoints if isinstance(adjoint, diffrax.RecursiveCheckpointAdjoint) else None
     x = eqxi.while_loop(
         cond, body, start, max_steps=max_steps, buffers=lambda x: x.records, kind=kind, checkpoints=checkpoints
     )

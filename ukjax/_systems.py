@@ -2,155 +2,31 @@
 constrained."""
 
 import abc
-import functools
 import warnings
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Bool, Float, Real
+from jaxtyping import Array, ArrayLike, Float, Real
 
-from ._animate import Sketch, join
+from ._animate import AbstractDrawn, join, sketch_of
 from ._arrays import as_inexact
-from ._constraints import AbstractConstraint, Baumgarte, ConstraintRows, stack_rows
-from ._core import Method, UKSolution, check_method, check_shapes, free_solve, uk_solve
+from ._constraints import AbstractConstraint, AbstractDrawnConstraint, Baumgarte, ConstraintRows, stack_rows
+from ._core import Method, UKSolution, check_method
 from ._backends._contact_kernel import ContactKernel
-from ._narrow import select_in, solve_in
+from ._dynamics import ConstraintLevel, Dynamics, levels_violation, merge, solve_dynamics
 from ._projection import Projection, project
-from ._unilateral import (
-    AbstractUnilateral,
-    ContactRows,
-    ContactSolution,
-    Modes,
-    candidates,
-    concatenate,
-)
+from ._unilateral import AbstractUnilateral, ContactRows, concatenate
 
 Time = Real[ArrayLike, ""]
 Coordinates = Float[Array, " n"]
 
 
-class ConstraintLevel(NamedTuple):
-    """Constraint rows solved together in one U-K solve.
-
-    **Attributes:**
-
-    - `rows`: the stacked rows, `b` already stabilized.
-    - `nonideal`: the non-ideal constraint force specification `c` (n,), or None.
-    - `method`: the pseudo-inverse route of this solve.
-    - `contacts`: the unilateral constraints solved with these rows (the last level's only),
-      or None.
-    - `kernel`: the compiled contact solve the contacts are solved on (set by a backend), or
-      None: XLA's.
-    """
-
-    rows: ConstraintRows
-    nonideal: Float[Array, " n"] | None
-    method: Method
-    contacts: ContactRows | None = None
-    kernel: ContactKernel | None = None
-
-
-class Dynamics(NamedTuple):
-    """A system's equations of motion at one state, each term evaluated once.
-
-    **Attributes:**
-
-    - `M`: the mass matrix (n, n).
-    - `Q`: the applied generalized forces (n,): everything except constraint forces.
-    - `levels`: the constraints, one [`ukjax.ConstraintLevel`][] per U-K solve. All constraints
-      of a system tree form one level; a sequential cascade adds one level per
-      `ConstrainedSystem(..., sequential=True)`, each solved under the forces of the ones
-      before it (the parallel-robot paper [1] §3 taken literally).
-    """
-
-    M: Float[Array, "n n"]
-    Q: Float[Array, " n"]
-    levels: tuple[ConstraintLevel, ...]
-
-
-def solve_contacts(M, Q, level: ConstraintLevel, modes: Modes | None = None, differentiable: bool = True):
-    """A level with unilateral constraints: for the given modes (the simulation's, between
-    events), or for the modes that solve the complementarity problem at this state
-    (`differentiable` as for `select_modes`).
-
-    **Returns:**
-
-    `(modes, solution, converged)` as `select_modes` gives them.
-    """
-    contacts = level.contacts
-    if level.nonideal is not None:
-        Q = Q + level.nonideal  # the U-K non-ideal term is this force's share off the rows
-    if modes is None:
-        slipping = contacts.tangent.phid.reshape(-1, 2)
-        return select_in(
-            M, Q, level.rows, contacts, candidates(contacts), slipping, differentiable, kernel=level.kernel
-        )
-    # at given modes nothing asks for the contacts' scales (the events' values are relative to
-    # the scales at the stretch's start)
-    sol = solve_in(M, Q, level.rows, contacts, modes, scales=False, kernel=level.kernel)
-    return modes, sol, sol.solvable
-
-
-def contact_level(c: ContactSolution, converged: Bool[Array, ""], nonideal=None) -> UKSolution:
-    """A level's `UKSolution` from its contact solve `c` (`nonideal` its non-ideal force):
-    no modes solving the contact problem (Painlevé's paradox, or a search that did not end)
-    read as constraints that cannot be met."""
-    return UKSolution(
-        c.x,
-        c.constraint_force + (0 if nonideal is None else nonideal),
-        jnp.where(converged, c.inconsistency, jnp.inf),
-        c.mass_ok,
-        jnp.array(True),
-    )
-
-
-def solve_levels(
-    d: Dynamics, modes: Modes | None = None, differentiable: bool = True
-) -> tuple[UKSolution, tuple | None]:
-    """The acceleration from `Dynamics`, level by level, with the diagnostics of every solve;
-    the unilateral constraints of the last level in the given `modes` (default: the modes
-    that solve the complementarity problem at this state; `differentiable` as for
-    `select_modes`).
-
-    **Returns:**
-
-    `(solution, contacts)`: a `UKSolution`, and `(modes, ContactSolution, converged)` for
-    the unilateral constraints (None without any).
-    """
-    if not d.levels:
-        return free_solve(d.M, d.Q), None
-    Q, sols, contacts = d.Q, [], None
-    for level in d.levels:
-        check_shapes(d.M, Q, level.rows.A, level.rows.b, level.nonideal)
-        if level.contacts is None:
-            sol = uk_solve(d.M, Q, level.rows.A, level.rows.b, level.nonideal, level.method)
-        else:
-            contacts = solve_contacts(d.M, Q, level, modes, differentiable)
-            _, c, converged = contacts
-            sol = contact_level(c, converged, level.nonideal)
-        Q = Q + sol.constraint_force
-        sols.append(sol)
-    solution = UKSolution(
-        sols[-1].acceleration,
-        Q - d.Q,
-        functools.reduce(jnp.maximum, [sol.inconsistency for sol in sols]),
-        functools.reduce(jnp.logical_and, [sol.mass_ok for sol in sols]),
-        functools.reduce(jnp.logical_and, [sol.rank_ok for sol in sols]),
-    )
-    return solution, contacts
-
-
-def solve_dynamics(d: Dynamics) -> UKSolution:
-    """The acceleration from `Dynamics` with the diagnostics of every solve (`solve_levels`)."""
-    return solve_levels(d)[0]
-
-
 class AbstractSystem(eqx.Module):
     """A mechanical system `M(t, q) q̈ = Q(t, q, q̇) + Qᶜ`, where `Qᶜ` is the force of the
-    constraints anywhere in the system (none for an unconstrained one)."""
+    constraints anywhere in the system (none for an unconstrained one). Its accelerations are
+    those of its `dynamics`, solved one way for every system (`solve`)."""
 
     @abc.abstractmethod
     def mass_matrix(self, t: Time, q: Coordinates) -> Float[Array, "n n"]:
@@ -161,6 +37,7 @@ class AbstractSystem(eqx.Module):
         """The applied generalized forces `Q(t, q, q̇)` (Coriolis, gravity, actuators):
         everything except constraint forces, shape (n,)."""
 
+    @abc.abstractmethod
     def dynamics(self, t: Time, q: Coordinates, qd: Coordinates) -> Dynamics:
         """`M`, `Q` and every constraint of the system tree at `(t, q, q̇)`, each evaluated
         once. Wrappers build theirs from their parts' so that constraints are never lost.
@@ -169,37 +46,34 @@ class AbstractSystem(eqx.Module):
 
         A [`ukjax.Dynamics`][].
         """
-        M, Q = self.mass_matrix(t, q), self.forces(t, q, qd)
-        check_dynamics_shapes(M, Q, q)
-        return Dynamics(M, Q, self.constraint_levels(t, q, qd))
 
+    @abc.abstractmethod
     def constraint_levels(self, t: Time, q: Coordinates, qd: Coordinates) -> tuple[ConstraintLevel, ...]:
         """The constraints of the system tree at `(t, q, q̇)`, as `dynamics` gives them, without
-        evaluating `M` and `Q` (what `violation` and `project` need). A system that brings
-        constraints of its own overrides this, and its `dynamics` returns the same levels.
+        evaluating `M` and `Q` (what `violation` and `project` need).
 
         **Returns:**
 
         One [`ukjax.ConstraintLevel`][] per U-K solve (none for an unconstrained system).
         """
-        return ()
 
-    def sketch(self, t: Time, q: Coordinates) -> Sketch:
-        """A stick figure of the configuration `q` at time `t`, what [`ukjax.animate`][]
-        draws. Systems with a geometry override this; wrappers draw what they wrap.
+    @abc.abstractmethod
+    def violation(
+        self, t: Time, q: Coordinates, qd: Coordinates
+    ) -> tuple[Float[Array, " p"], Float[Array, " p"]] | None:
+        """How far `(q, q̇)` is from satisfying every constraint of the system tree.
 
         **Returns:**
 
-        A [`ukjax.Sketch`][].
+        `(phi, phid)`, each shape (p,) over all rows (inner systems' rows first):
+        `phi` the position-level residual (holonomic rows; zero for others) and `phid` the
+        velocity-level residual (`φ̇` for holonomic rows, `ψ` for first-order rows; zero for
+        acceleration-level rows). A level's unilateral constraints follow its rows, each
+        with `min(g, 0)` (the penetration) and zero. None for a system without constraints.
         """
-        raise NotImplementedError(
-            f"{type(self).__name__} does not say how it is drawn: give it a sketch(t, q) method "
-            "returning a ukjax.Sketch. A worked example: 'Drawing your own system' on the documentation "
-            "site (docs/examples/sketch.py in the repository)."
-        )
 
     def solve(self, t: Time, q: Coordinates, qd: Coordinates) -> UKSolution:
-        """The U-K solve at `(t, q, q̇)` with its diagnostics (no runtime checks).
+        """The U-K solve of `dynamics` at `(t, q, q̇)` with its diagnostics (no runtime checks).
 
         **Returns:**
 
@@ -219,34 +93,50 @@ class AbstractSystem(eqx.Module):
         """`‖A q̈ − b‖` relative to its terms: zero unless the constraints are inconsistent."""
         return self.solve(t, q, qd).inconsistency
 
-    def violation(
-        self, t: Time, q: Coordinates, qd: Coordinates
-    ) -> tuple[Float[Array, " p"], Float[Array, " p"]] | None:
-        """How far `(q, q̇)` is from satisfying every constraint of the system tree.
 
-        **Returns:**
+class AbstractSized(eqx.Module):
+    """A system that knows its size: a tree, a chain, a composition."""
 
-        `(phi, phid)`, each shape (p,) over all rows (inner systems' rows first):
-        `phi` the position-level residual (holonomic rows; zero for others) and `phid` the
-        velocity-level residual (`φ̇` for holonomic rows, `ψ` for first-order rows; zero for
-        acceleration-level rows). A level's unilateral constraints follow its rows, each
-        with `min(g, 0)` (the penetration) and zero. None for a system without constraints.
-        """
-        levels = self.constraint_levels(t, q, qd)
-        return levels_violation(levels) if levels else None
+    num_coordinates: eqx.AbstractVar[int]
+    num_velocities: eqx.AbstractVar[int]
 
 
-def levels_violation(levels: Sequence[ConstraintLevel]) -> tuple[Float[Array, " p"], Float[Array, " p"]]:
-    """`(phi, phid)` of `AbstractSystem.violation` from levels already evaluated."""
-    phi, phid = [], []
-    for level in levels:
-        phi.append(level.rows.phi)
-        phid.append(level.rows.phid)
-        if level.contacts is not None:
-            # a unilateral row is violated only by penetration
-            phi.append(jnp.minimum(level.contacts.normal.phi, 0))
-            phid.append(jnp.zeros_like(level.contacts.normal.phi))
-    return jnp.concatenate(phi), jnp.concatenate(phid)
+class AbstractWrapper(AbstractSystem, AbstractDrawn):
+    """A system built around another one (constrained, forced, actuated, controlled), which
+    it draws and whose size it has."""
+
+    system: eqx.AbstractVar[AbstractSystem]
+
+    @property
+    def num_coordinates(self) -> int:
+        """The number of coordinates `n` of the system inside."""
+        return sizes_of(self)[0]
+
+    @property
+    def num_velocities(self) -> int:
+        """The number of velocities of the system inside (MuJoCo's `nv`)."""
+        return sizes_of(self)[1]
+
+
+def innermost(system: AbstractSystem) -> AbstractSystem:
+    """The system inside every wrapper around `system` (itself if it wraps none)."""
+    while isinstance(system, AbstractWrapper):
+        system = system.system
+    return system
+
+
+def sizes_of(system: AbstractSystem) -> tuple[int, int]:
+    """`(num_coordinates, num_velocities)` of `system`, through its wrappers: a
+    `TypeError` where it does not know them (a system of functions)."""
+    inner = innermost(system)
+    if not isinstance(inner, AbstractSized):
+        raise TypeError(f"{type(inner).__name__} does not say how many coordinates it has.")
+    return inner.num_coordinates, inner.num_velocities
+
+
+def violation_of(levels: Sequence[ConstraintLevel]) -> tuple[Float[Array, " p"], Float[Array, " p"]] | None:
+    """`AbstractSystem.violation` from the levels (None without any)."""
+    return levels_violation(levels) if levels else None
 
 
 def check_state(system: AbstractSystem, q: ArrayLike, qd: ArrayLike, batch: bool = False) -> tuple[Array, Array]:
@@ -270,13 +160,11 @@ def check_state(system: AbstractSystem, q: ArrayLike, qd: ArrayLike, batch: bool
             f"q0 and qd0 must both have shape {shape}{' with batch ≥ 1' if batch else ''} (q and q̇); got "
             f"{q.shape} and {qd.shape}." + ("" if batch else " For a batch, use ukjax.simulate_batch or jax.vmap.")
         )
-    n = getattr(system, "num_coordinates", None)
-    if n is None or q.shape[-1] == n:
+    if not isinstance(innermost(system), AbstractSized):
         return q, qd
-    inner = system
-    while not hasattr(inner, "num_velocities") and hasattr(inner, "system"):
-        inner = inner.system
-    nv = getattr(inner, "num_velocities", n)
+    n, nv = sizes_of(system)
+    if q.shape[-1] == n:
+        return q, qd
     note = (
         f" The model's ball and free joints keep quaternions: n counts MuJoCo's qpos entries "
         f"(nq = {n}), not its qvel entries (nv = {nv}), and q̇ is the rate of q, also {n} long; "
@@ -301,7 +189,19 @@ def check_dynamics_shapes(M, Q, q) -> None:
 
 class AbstractUnconstrainedSystem(AbstractSystem):
     """A model without constraints of its own: subclass it with `mass_matrix` and `forces`,
-    parameters as fields (floating-point arrays, so that `jax.grad` reaches them)."""
+    parameters as fields (floating-point arrays, so that `jax.grad` reaches them); beside
+    [`ukjax.AbstractDrawn`][] with a `sketch` to be drawn."""
+
+    def dynamics(self, t, q, qd):
+        M, Q = self.mass_matrix(t, q), self.forces(t, q, qd)
+        check_dynamics_shapes(M, Q, q)
+        return Dynamics(M, Q, ())
+
+    def constraint_levels(self, t, q, qd):
+        return ()
+
+    def violation(self, t, q, qd):
+        return None
 
 
 class ExplicitSystem(AbstractUnconstrainedSystem):
@@ -363,20 +263,7 @@ class LagrangianSystem(AbstractUnconstrainedSystem):
         return Q
 
 
-def merge(levels: Sequence[ConstraintLevel], method: Method) -> ConstraintLevel:
-    """Several levels as one: rows and contacts stacked, non-ideal terms added."""
-    rows = jax.tree.map(lambda *xs: jnp.concatenate(xs), *(level.rows for level in levels))
-    nonideal = [level.nonideal for level in levels if level.nonideal is not None]
-    return ConstraintLevel(
-        rows,
-        functools.reduce(jnp.add, nonideal) if nonideal else None,
-        method,
-        concatenate([level.contacts for level in levels]),
-        next((level.kernel for level in levels if level.kernel is not None), None),
-    )
-
-
-class ConstrainedSystem(AbstractSystem):
+class ConstrainedSystem(AbstractWrapper):
     """A system under constraints, moving by the Udwadia–Kalaba equation.
 
     It is itself a system, so it can be forced, composed or constrained again; every
@@ -442,12 +329,9 @@ class ConstrainedSystem(AbstractSystem):
         self.sequential = sequential
         self.contact_kernel = None  # XLA's contact solve, until a backend binds the system
 
-    @property
-    def num_coordinates(self) -> int:
-        return self.system.num_coordinates
-
     def sketch(self, t, q):
-        return join(self.system.sketch(t, q), *(c.sketch(self.system, t, q) for c in self.constraints))
+        drawn = (c for c in self.constraints if isinstance(c, AbstractDrawnConstraint))
+        return join(sketch_of(self.system, t, q), *(c.sketch(self.system, t, q) for c in drawn))
 
     def rows(self, t: Time, q: Coordinates, qd: Coordinates) -> ConstraintRows:
         """The stacked rows of this level's equality constraints (not the inner ones, not the
@@ -492,6 +376,9 @@ class ConstrainedSystem(AbstractSystem):
 
     def constraint_levels(self, t, q, qd):
         return self._with_own(self.system.constraint_levels(t, q, qd), t, q, qd)
+
+    def violation(self, t, q, qd):
+        return violation_of(self.constraint_levels(t, q, qd))
 
     def dynamics(self, t, q, qd):
         inner = self.system.dynamics(t, q, qd)
@@ -539,7 +426,7 @@ class ConstrainedSystem(AbstractSystem):
         return result
 
 
-class Forced(AbstractSystem):
+class Forced(AbstractWrapper):
     """A system with further applied generalized forces `F(t, q, q̇)` (actuator torques,
     springs, a control law): `M q̈ = Q + F (+ Qᶜ)`. The constraints of a constrained `system`
     keep holding under `F`.
@@ -553,10 +440,6 @@ class Forced(AbstractSystem):
     system: AbstractSystem
     force: Callable
 
-    @property
-    def num_coordinates(self) -> int:
-        return self.system.num_coordinates
-
     def mass_matrix(self, t, q):
         return self.system.mass_matrix(t, q)
 
@@ -564,10 +447,13 @@ class Forced(AbstractSystem):
         return self.system.forces(t, q, qd) + jnp.asarray(self.force(t, q, qd))
 
     def sketch(self, t, q):
-        return self.system.sketch(t, q)
+        return sketch_of(self.system, t, q)
 
     def constraint_levels(self, t, q, qd):
         return self.system.constraint_levels(t, q, qd)
+
+    def violation(self, t, q, qd):
+        return violation_of(self.constraint_levels(t, q, qd))
 
     def dynamics(self, t, q, qd):
         inner = self.system.dynamics(t, q, qd)

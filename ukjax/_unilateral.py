@@ -99,8 +99,17 @@ class AbstractUnilateral(AbstractConstraint):
     with Coulomb friction where a contact has tangent directions. Put them in a
     [`ukjax.ConstrainedSystem`][] beside equality constraints; [`ukjax.simulate`][] then
     integrates the motion event by event (see 'Unilateral constraints' on the documentation
-    site). Subclass it with `contact_rows`.
+    site). Subclass it with `contact_rows`, `labels` and its coefficients `friction` and
+    `restitution` (fields or properties: a scalar or one per contact).
     """
+
+    friction: eqx.AbstractVar[Float[Array, "*k"]]
+    restitution: eqx.AbstractVar[Float[Array, "*k"]]
+
+    @abc.abstractmethod
+    def labels(self) -> tuple[str, ...] | None:
+        """A label for each contact, in the order of its rows (a file's geoms by name, its
+        joints' limits), or None where they have none."""
 
     @abc.abstractmethod
     def contact_rows(self, system, t: Real[ArrayLike, ""], q: Float[Array, " n"], qd: Float[Array, " n"]) -> ContactRows:
@@ -131,7 +140,7 @@ def valid_coefficients(friction: Float[Array, "*k"], restitution: Float[Array, "
 def check_coefficients(unilateral: "AbstractUnilateral") -> None:
     """Raise a `ValueError` where a unilateral constraint's coefficients are known and
     invalid (under a transformation they are read during the run: `Status.INVALID_PARAMETERS`)."""
-    friction, restitution = getattr(unilateral, "friction", 0.0), getattr(unilateral, "restitution", 0.0)
+    friction, restitution = unilateral.friction, unilateral.restitution
     if any(isinstance(x, jax.core.Tracer) for x in (friction, restitution)):
         return
     with jax.ensure_compile_time_eval():  # known values, checked now even inside a caller's `jit`
@@ -169,6 +178,9 @@ class Unilateral(AbstractUnilateral):
     restitution: Float[Array, "*k"] = eqx.field(converter=as_inexact, default=0.0)
     friction: Float[Array, "*k"] = eqx.field(converter=as_inexact, default=0.0)
     slip: Callable | None = None
+
+    def labels(self):
+        return None
 
     def contact_rows(self, system, t, q, qd):
         normal = holonomic_rows(lambda t, q: _as_rows(self.gap(t, q), "Unilateral gap"), t, q, qd)

@@ -9,7 +9,8 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .._arrays import as_inexact
-from .._systems import AbstractSystem
+from .._animate import sketch_of
+from .._systems import AbstractSystem, AbstractWrapper, violation_of
 from .equalities import tree_of
 from .tree import RigidBodyTree
 
@@ -123,7 +124,7 @@ class Actuators(eqx.Module):
         return applied if tendons is None else applied + tendons.T @ force
 
 
-class Actuated(AbstractSystem):
+class Actuated(AbstractWrapper):
     """A system driven by its [`ukjax.models.Actuators`][] under controls `control(t, q, qd)`
     (shape (m,)): applied forces `Q + qfrc_actuator`. Made by `Model.controlled`.
 
@@ -138,12 +139,8 @@ class Actuated(AbstractSystem):
     actuators: Actuators
     control: Callable
 
-    @property
-    def num_coordinates(self) -> int:
-        return self.system.num_coordinates
-
     def sketch(self, t, q):
-        return self.system.sketch(t, q)
+        return sketch_of(self.system, t, q)
 
     def actuation(self, t, q, qd):
         """The actuators' generalized forces (MuJoCo's `qfrc_actuator`) under the controls at
@@ -158,6 +155,9 @@ class Actuated(AbstractSystem):
 
     def constraint_levels(self, t, q, qd):
         return self.system.constraint_levels(t, q, qd)
+
+    def violation(self, t, q, qd):
+        return violation_of(self.constraint_levels(t, q, qd))
 
     def dynamics(self, t, q, qd):
         inner = self.system.dynamics(t, q, qd)

@@ -9,7 +9,7 @@ from jaxtyping import Array, Float
 
 from .._animate import Sketch
 from .._arrays import as_inexact
-from .._constraints import ConstraintRows, holonomic_rows
+from .._constraints import AbstractDrawnConstraint, ConstraintRows, holonomic_rows
 from .._unilateral import AbstractUnilateral, ContactRows, _per_contact, norm, unit
 from . import algorithms, broadphase, shapes
 from .equalities import Connect, tree_of
@@ -56,6 +56,16 @@ class JointLimits(AbstractUnilateral):
             )
         self.restitution = as_inexact(restitution)
 
+    @property
+    def friction(self) -> Float[Array, ""]:
+        """Zero: a limit has no tangent directions."""
+        return jnp.zeros(())
+
+    def labels(self):
+        return tuple(f"{joint} (lower limit)" for joint in self.joints) + tuple(
+            f"{joint} (upper limit)" for joint in self.joints
+        )
+
     def contact_rows(self, system, t, q, qd):
         tree = tree_of(system)
         index = jnp.array([tree.joint_index(name) for name in self.joints])
@@ -93,7 +103,7 @@ def tangent_basis(normals: Float[Array, "k 3"]) -> Float[Array, "k 2 3"]:
     return jnp.stack([t1, jnp.cross(normals, t1)], axis=1)
 
 
-class PlaneContacts(AbstractUnilateral):
+class PlaneContacts(AbstractUnilateral, AbstractDrawnConstraint):
     """Spheres fixed to bodies of a tree against planes fixed in the world: the sphere of
     radius `r` centred at `c` stays on the positive side of the plane `n · x = d`,
     `g = n · c − r − d ≥ 0`, with Coulomb friction at the touching point (which rolls
@@ -135,6 +145,9 @@ class PlaneContacts(AbstractUnilateral):
         _check_shapes(self, k, centres=(3,), radii=(), normals=(3,), offsets=())
         self.friction, self.restitution = as_inexact(friction), as_inexact(restitution)
         self.names = tuple(names) if names is not None else tuple(f"{body}[{i}]" for i, body in enumerate(self.bodies))
+
+    def labels(self):
+        return self.names
 
     def contact_rows(self, system, t, q, qd):
         tree = tree_of(system)
@@ -208,7 +221,7 @@ def _coefficients(contacts, pick) -> tuple[Array, Array]:
     return (friction, restitution) if pick is None else (friction[pick], restitution[pick])
 
 
-class ShapeContacts(AbstractUnilateral):
+class ShapeContacts(AbstractUnilateral, AbstractDrawnConstraint):
     """Spheres fixed to bodies of a tree against primitive shapes (a plane, a sphere, a capsule,
     a box or a cylinder) fixed to other bodies or to the world: `g` is the sphere centre's
     signed distance to the shape minus the sphere's radius, `g ≥ 0`, with Coulomb friction on
@@ -307,6 +320,9 @@ class ShapeContacts(AbstractUnilateral):
             distance, normal, rate = put(distance, index, d), put(normal, index, n), put(rate, index, n_rate)
             thickness = put(thickness, index, shapes.thickness(kind, size))
         return distance, normal, rate, thickness
+
+    def labels(self):
+        return self.names
 
     def contact_rows(self, system, t, q, qd):
         tree = tree_of(system)
@@ -415,7 +431,7 @@ def _closest(a0, a1, b0, b1):
     return s, jnp.clip(u, 0.0, 1.0)
 
 
-class SegmentContacts(AbstractUnilateral):
+class SegmentContacts(AbstractUnilateral, AbstractDrawnConstraint):
     """Segments with radii (a capsule's axis; a box's edge, radius 0) fixed to bodies of a
     tree, against other such segments on other bodies or the world: `g` is the distance
     between the two segments' closest points minus both radii, `g ≥ 0`, with Coulomb friction
@@ -467,6 +483,9 @@ class SegmentContacts(AbstractUnilateral):
         self.names = tuple(names) if names is not None else tuple(
             f"{a}–{b}[{i}]" for i, (a, b) in enumerate(zip(self.bodies, self.other_bodies))
         )
+
+    def labels(self):
+        return self.names
 
     def contact_rows(self, system, t, q, qd):
         tree = tree_of(system)

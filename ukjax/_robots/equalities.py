@@ -14,7 +14,8 @@ from jaxtyping import Array, ArrayLike, Float
 
 from .._animate import Sketch
 from .._arrays import as_inexact
-from .._constraints import AbstractSystemConstraint, ConstraintRows, holonomic_rows
+from .._constraints import AbstractDrawnConstraint, AbstractSystemConstraint, ConstraintRows, holonomic_rows
+from .._systems import innermost
 from . import algorithms
 from .algorithms import BodyMotion
 from .spatial import mv
@@ -23,17 +24,13 @@ from .tree import RigidBodyTree
 
 def tree_of(system) -> RigidBodyTree:
     """The rigid-body tree inside `system` (through `Forced`/`ConstrainedSystem` wrappers)."""
-    while not isinstance(system, RigidBodyTree):
-        inner = getattr(system, "system", None)
-        if inner is None:
-            raise TypeError(
-                f"Expected a RigidBodyTree (or a system wrapping one), got {type(system).__name__}."
-            )
-        system = inner
-    return system
+    tree = innermost(system)
+    if not isinstance(tree, RigidBodyTree):
+        raise TypeError(f"Expected a RigidBodyTree (or a system wrapping one), got {type(system).__name__}.")
+    return tree
 
 
-class Connect(AbstractSystemConstraint):
+class Connect(AbstractSystemConstraint, AbstractDrawnConstraint):
     """A point fixed in `body1` coincides with a point fixed in `body2` (MJCF `connect`: a ball
     joint closing a loop; 3 rows). `body2 = "world"` pins the point in space. The gap is
     written in `body1`'s frame, `R₁ᵀ (x₁ − x₂)` (Pinocchio's local frame; MuJoCo's `efc_pos`
@@ -147,7 +144,7 @@ class _AbstractSystemHolonomic(AbstractSystemConstraint):
         return holonomic_rows(lambda t, q: self.residual(system, t, q), t, q, qd)
 
 
-class Weld(_AbstractSystemHolonomic):
+class Weld(_AbstractSystemHolonomic, AbstractDrawnConstraint):
     """`body2` is fixed to `body1` (MJCF `weld`; 6 rows): the point `anchor` of `body2`
     stays at `position` in `body1`'s frame, and `body2`'s axes stay at `rotation` relative
     to `body1`'s. Rows: the position error, then MuJoCo's rotation error, the vector part of

@@ -9,7 +9,7 @@ from jaxtyping import Array, Float
 
 from .._animate import Sketch
 from .._arrays import as_inexact
-from .._constraints import ConstraintRows
+from .._constraints import AbstractDrawnConstraint, ConstraintRows
 from .._unilateral import AbstractUnilateral, ContactRows, _per_contact, unit
 from . import algorithms
 from .contacts import _check_shapes, _dot, tangent_basis
@@ -17,7 +17,7 @@ from .equalities import tree_of
 from .spatial import mv
 
 
-class RingContacts(AbstractUnilateral):
+class RingContacts(AbstractUnilateral, AbstractDrawnConstraint):
     """Rings fixed to bodies of a tree against planes fixed in the world: the circle of radius
     `R` about the centre `c` in the plane normal to the axis `a`, swept by a tube of radius `r`
     (0 for a cylinder's rim), stays on the positive side of the plane `n · x = d` at its lowest
@@ -99,6 +99,9 @@ class RingContacts(AbstractUnilateral):
             return unit(jnp.cross(a, jnp.cross(n, a)))
 
         return jax.jvp(up, (a,), (a_rate,))
+
+    def labels(self):
+        return self.names
 
     def contact_rows(self, system, t, q, qd):
         tree = tree_of(system)

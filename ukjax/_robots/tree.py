@@ -19,11 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from .._animate import Sketch
+from .._animate import AbstractDrawn, Sketch
 from .._arrays import as_inexact
 from .._constraints import ConstraintRows
 from .._jit import jit
-from .._systems import AbstractUnconstrainedSystem, ConstraintLevel, Dynamics
+from .._dynamics import ConstraintLevel, Dynamics
+from .._systems import AbstractSized, AbstractSystem, violation_of
 from . import algorithms, joints
 from .joints import SIZES, Kinematics
 from .spatial import mv, put
@@ -48,7 +49,7 @@ class AbstractTreeRoute(eqx.Module):
         """The kinematics at `q` and the bodies' motion at `(q, q̇)` (`algorithms.motion`)."""
 
 
-class RigidBodyTree(AbstractUnconstrainedSystem):
+class RigidBodyTree(AbstractSystem, AbstractSized, AbstractDrawn):
     """A spatial tree of rigid bodies joined by hinge, slide, ball and free joints, in MuJoCo's
     conventions (one or more joints per body, applied in order; hinge and slide coordinates
     measured from `reference`). A ball joint has MuJoCo's four quaternion coordinates (the
@@ -420,6 +421,9 @@ class RigidBodyTree(AbstractUnconstrainedSystem):
 
     def constraint_levels(self, t, q, qd):
         return (ConstraintLevel(self.norm_rows(q, qd), None, "svd"),) if self.quaternion_starts() else ()
+
+    def violation(self, t, q, qd):
+        return violation_of(self.constraint_levels(t, q, qd))
 
     def dynamics(self, t, q, qd):
         if self.route is not None:

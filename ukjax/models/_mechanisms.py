@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._animate import Sketch
+from .._animate import AbstractDrawn, Sketch
 from .._arrays import as_inexact
 from .._composed import ComposedSystem
 from .._constraints import AbstractHolonomic
@@ -17,7 +17,7 @@ from ._planar import PlanarChain
 from ._points import JointPoint, PointConstraint
 
 
-class TwoMassSpring(AbstractUnconstrainedSystem):
+class TwoMassSpring(AbstractUnconstrainedSystem, AbstractDrawn):
     """Two masses on a line joined by a spring (the servo-control paper [3] §IV, eq. 36–38), `q = (x1, x2)`."""
 
     m1: Float[Array, ""] = eqx.field(converter=as_inexact, default=1.0)

@@ -4,10 +4,10 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-from .._animate import Sketch
+from .._animate import AbstractDrawn, Sketch
 from .._arrays import as_inexact
 from .._linalg import UNROLL_MAX
-from .._systems import AbstractUnconstrainedSystem
+from .._systems import AbstractSized, AbstractUnconstrainedSystem
 
 
 def _rotate(theta, v):
@@ -15,7 +15,7 @@ def _rotate(theta, v):
     return jnp.stack([c * v[..., 0] - s * v[..., 1], s * v[..., 0] + c * v[..., 1]], axis=-1)
 
 
-class PlanarChain(AbstractUnconstrainedSystem):
+class PlanarChain(AbstractUnconstrainedSystem, AbstractSized, AbstractDrawn):
     """A planar serial chain of `k` rigid links joined by revolute joints.
 
     Coordinates: the `k` joint angles, measured from the x axis (`absolute=True`) or from the
@@ -89,6 +89,10 @@ class PlanarChain(AbstractUnconstrainedSystem):
     @property
     def num_coordinates(self) -> int:
         return self.num_links + 2 * self.floating_base
+
+    @property
+    def num_velocities(self) -> int:
+        return self.num_coordinates
 
     def _split(self, q):
         k = self.num_links

@@ -6,8 +6,9 @@ from jaxtyping import Array, Float
 
 from .._animate import Sketch
 from .._composed import ComposedSystem
-from .._constraints import AbstractHolonomic
-from .._systems import AbstractSystem
+from .._constraints import AbstractDrawnConstraint, AbstractHolonomic
+from .._systems import AbstractSystem, innermost
+from ._planar import PlanarChain
 
 
 class JointPoint(eqx.Module):
@@ -26,16 +27,13 @@ class JointPoint(eqx.Module):
                 raise TypeError(f"JointPoint with part={self.part!r} needs a ComposedSystem.")
             system, q = system.parts[self.part], system.part(q, self.part)
         # A constrained or forced chain has the joints of the chain it wraps.
-        while not hasattr(system, "joint_positions") and isinstance(
-            getattr(system, "system", None), AbstractSystem
-        ):
-            system = system.system
-        if not hasattr(system, "joint_positions"):
-            raise TypeError(f"JointPoint needs a chain with joint_positions, got {type(system).__name__}.")
+        system = innermost(system)
+        if not isinstance(system, PlanarChain):
+            raise TypeError(f"JointPoint needs a ukjax.models.PlanarChain, got {type(system).__name__}.")
         return system.joint_positions(q)[self.joint]
 
 
-class PointConstraint(AbstractHolonomic):
+class PointConstraint(AbstractHolonomic, AbstractDrawnConstraint):
     """Point `a` coincides with point `b`, or with a fixed location `b`.
 
     **Arguments:**

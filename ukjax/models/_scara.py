@@ -6,15 +6,15 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .._animate import Sketch
+from .._animate import AbstractDrawn, Sketch
 from .._arrays import as_inexact
-from .._constraints import AbstractHolonomic
+from .._constraints import AbstractDrawnConstraint, AbstractHolonomic
 from .._robots.model import Model
 from .._systems import AbstractUnconstrainedSystem
 from ._serial import SerialChain, prismatic, revolute
 
 
-class ScaraArm(AbstractUnconstrainedSystem):
+class ScaraArm(AbstractUnconstrainedSystem, AbstractDrawn):
     """SCARA arm (three revolute joints about z, one prismatic along z), `q = (q1, q2, q3, q4)`,
     with the closed-form `M`, `C q̇` and `G` of the SCARA paper [2] eq. 34–36 (`G = [0, 0, 0, m4 g]`).
 
@@ -94,7 +94,7 @@ def scara_reference(t) -> Float[Array, " 3"]:
     return jnp.stack([0.05 * jnp.sin(w * t), 0.35 + 0.05 * jnp.cos(w * t), 0.02 * t])
 
 
-class ScaraTrajectory(AbstractHolonomic):
+class ScaraTrajectory(AbstractHolonomic, AbstractDrawnConstraint):
     """The SCARA paper [2] eq. 48: the tool follows eq. 40 with fixed orientation `q1 + q2 + q3 = 0`.
     Rows: x, y, orientation, z."""
 

@@ -7,11 +7,11 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-from .._animate import Sketch
+from .._animate import AbstractDrawn, Sketch, sketch_of
 from .._arrays import as_inexact
 from .._jit import jit
 from .._robots.tree import RigidBodyTree
-from .._systems import AbstractUnconstrainedSystem
+from .._systems import AbstractSystem, AbstractUnconstrainedSystem, violation_of
 
 
 def _hat(w):
@@ -57,7 +57,7 @@ def _exp(kind: str, twist, theta):
     return jnp.eye(4).at[:3, :3].set(R).at[:3, 3].set(p)
 
 
-class SerialChain(AbstractUnconstrainedSystem):
+class SerialChain(AbstractUnconstrainedSystem, AbstractDrawn):
     """A spatial serial chain of revolute and prismatic joints, by the product of exponentials.
 
     `M = Σ mᵢ Jᵥᵢᵀ Jᵥᵢ + Jωᵢᵀ Rᵢ Iᵢ Rᵢᵀ Jωᵢ` from each link's pose
@@ -219,7 +219,7 @@ def _log_cholesky_bodies(masses, coms, inertias):
     return jax.vmap(log_cholesky)(masses, coms, inertias)
 
 
-class LogCholeskyChain(AbstractUnconstrainedSystem):
+class LogCholeskyChain(AbstractSystem, AbstractDrawn):
     """A [`ukjax.models.SerialChain`][] or [`ukjax.models.RigidBodyTree`][] whose bodies'
     inertial parameters are log-Cholesky parameters (see [`ukjax.models.log_cholesky`][]):
     any value of `theta` is a physically consistent set of masses, centres of mass and
@@ -233,10 +233,10 @@ class LogCholeskyChain(AbstractUnconstrainedSystem):
     - `theta`: shape (b, 10); default: `chain`'s own inertial parameters.
     """
 
-    chain: AbstractUnconstrainedSystem
+    chain: AbstractSystem
     theta: Float[Array, "b 10"]
 
-    def __init__(self, chain: AbstractUnconstrainedSystem, theta: Float[ArrayLike, "b 10"] | None = None):
+    def __init__(self, chain: AbstractSystem, theta: Float[ArrayLike, "b 10"] | None = None):
         if not isinstance(chain, (SerialChain, RigidBodyTree)):
             raise TypeError(
                 f"LogCholeskyChain needs a SerialChain or a RigidBodyTree, got {type(chain).__name__}."
@@ -252,7 +252,7 @@ class LogCholeskyChain(AbstractUnconstrainedSystem):
         if self.theta.shape != (masses.shape[0], 10):
             raise ValueError(f"theta must have shape ({masses.shape[0]}, 10), got {self.theta.shape}.")
 
-    def physical(self) -> AbstractUnconstrainedSystem:
+    def physical(self) -> AbstractSystem:
         """The chain with the inertial parameters `theta` stands for."""
         return self.chain.with_inertial(*jax.vmap(from_log_cholesky)(self.theta))
 
@@ -263,11 +263,14 @@ class LogCholeskyChain(AbstractUnconstrainedSystem):
         return self.physical().forces(t, q, qd)
 
     def sketch(self, t, q):
-        return self.chain.sketch(t, q)
+        return sketch_of(self.chain, t, q)
 
     # the chain's own constraint rows (a tree's quaternion norms) come with it
     def constraint_levels(self, t, q, qd):
         return self.physical().constraint_levels(t, q, qd)
+
+    def violation(self, t, q, qd):
+        return violation_of(self.constraint_levels(t, q, qd))
 
     def dynamics(self, t, q, qd):
         return self.physical().dynamics(t, q, qd)

@@ -41,7 +41,7 @@ static size_t scratch_bytes(int n, int P, int k) {
 }
 
 // A tree's acceleration under its equality rows and its contacts in given modes, of member `m`
-// (`kernels.in_modes`: `_stepping.solve_in_modes` for a tree with joint limits and spheres on
+// (`kernels.in_modes`: `_acceleration.solve_system` for a tree with joint limits and spheres on
 // planes fixed in the world): M, Q and the equality rows as `dynamics` and `solve` assemble
 // them; each contact's rows in closed form, as `JointLimits.contact_rows` and
 // `PlaneContacts.contact_rows` write them; the sliding directions turned as `sliding_now` turns
