@@ -166,3 +166,22 @@ def test_coulomb_friction_bead_on_vertical_circle():
     )(sol.q[-1], sol.qd[-1])
     null = scipy.linalg.null_space(np.asarray(A))
     np.testing.assert_allclose(null.T @ np.asarray(force), null.T @ np.asarray(applied), atol=1e-10)
+
+
+def test_a_closed_loop_inside_contacts_is_its_control_as_a_force():
+    """Servo control under unilateral constraints: a point mass whose actuator on x follows
+    x = 0.2 sin 3t while it falls onto a floor with an impact (e = 0.5); the closed loop
+    wrapped in the floor moves as the same inputs applied as a given force (`Forced`), and
+    the floor holds it."""
+    system = ukjax.ExplicitSystem(lambda t, q: jnp.diag(jnp.array([2.0, 2.0])), lambda t, q, qd: jnp.array([0.0, -19.62]))
+    servo = ukjax.Holonomic(lambda t, q: q[0] - 0.2 * jnp.sin(3 * t))
+    ctrl = ukjax.ServoControl(system, servo, jnp.array([[1.0], [0.0]]), stabilization=ukjax.Baumgarte(10.0, 25.0))
+    floor = ukjax.Unilateral(lambda t, q: q[1], restitution=0.5)
+    q0, qd0, ts = jnp.array([0.0, 0.3]), jnp.array([0.6, 0.0]), jnp.linspace(0.0, 1.0, 11)
+    looped = ukjax.simulate(ukjax.ConstrainedSystem(ctrl.closed_loop(), floor), q0, qd0, 0.0, 1.0, ts=ts, **TOL)
+    forced = ukjax.Forced(system, lambda t, q, qd: jnp.array([[1.0], [0.0]]) @ ctrl(t, q, qd))
+    reference = ukjax.simulate(ukjax.ConstrainedSystem(forced, floor), q0, qd0, 0.0, 1.0, ts=ts, **TOL)
+    assert looped.status == ukjax.Status.SUCCESS and int(looped.contacts.events) >= 2
+    np.testing.assert_allclose(looped.q, reference.q, atol=1e-9)
+    np.testing.assert_allclose(looped.q[:, 0], 0.2 * np.sin(3 * ts), atol=1e-6)
+    assert float(jnp.min(looped.q[:, 1])) > -1e-9

@@ -101,3 +101,16 @@ def test_no_import_circle():
         if name not in state:
             visit(name, [name])
     assert circles == []
+
+
+def test_the_lazy_table_lists_what_the_type_checking_block_imports():
+    tree = ast.parse((ROOT / "__init__.py").read_text())
+    (block,) = (node for node in tree.body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test))
+    imported = {}
+    for node in block.body:
+        for alias in node.names:
+            assert alias.asname == alias.name  # re-exported `X as X`
+            module = "ukjax" + (f".{alias.name}" if node.module is None else f".{node.module}")
+            imported[alias.name] = (module, None if node.module is None else alias.name)
+    assert imported == ukjax._EXPORTS
+    assert sorted(imported) == ukjax.__all__

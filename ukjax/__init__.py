@@ -3,9 +3,9 @@
 import typing
 
 
-# The public names are imported where they are first used (`__getattr__` below reads this block):
-# a command that reads back a kept program runs it before it imports the engine (equinox and
-# diffrax alone take half a second).
+# The public names are imported where they are first used (`__getattr__` below): a command
+# that reads back a kept program runs it before it imports the engine (equinox and diffrax
+# alone take half a second).
 if typing.TYPE_CHECKING:
     from . import examples as examples, models as models
     from ._animate import AbstractDrawn as AbstractDrawn, Sketch as Sketch, animate as animate
@@ -73,25 +73,54 @@ if typing.TYPE_CHECKING:
 __version__ = "0.1.0"
 
 
-def _exports() -> dict[str, tuple[str, str | None]]:
-    """Each public name's module and the name there (None: the name is the module), as the
-    imports under `TYPE_CHECKING` above say."""
-    import ast
-    from pathlib import Path
-
-    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
-    (block,) = (node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "typing.TYPE_CHECKING")
-    exports = {}
-    for node in block.body:
-        for alias in node.names:
-            if node.module is None:
-                exports[alias.asname] = (f"{__name__}.{alias.name}", None)
-            else:
-                exports[alias.asname] = (f"{__name__}.{node.module}", alias.name)
-    return exports
-
-
-_EXPORTS = _exports()
+# The same names by the module that defines them, read by `__getattr__` (the block above is
+# for type checkers and the API reference; `tests/test_house.py` holds the two alike).
+_SUBMODULES = ("examples", "models")
+_NAMES = {
+    "._animate": ("AbstractDrawn", "Sketch", "animate"),
+    "._backends._backend": ("AbstractBackend", "AutoBackend", "TreeKernel", "XLABackend"),
+    "._batch": ("simulate_batch",),
+    "._composed": ("ComposedSystem",),
+    "._constraints": (
+        "AbstractConstraint",
+        "AbstractDrawnConstraint",
+        "AbstractHolonomic",
+        "AbstractNonholonomic",
+        "AbstractSystemConstraint",
+        "AccelerationConstraint",
+        "Baumgarte",
+        "ConstraintRows",
+        "Holonomic",
+        "Nonholonomic",
+    ),
+    "._control": ("ClosedLoop", "ServoControl", "ServoSolution"),
+    "._core": ("UKSolution", "constraint_force", "udwadia_kalaba"),
+    "._dynamics": ("ConstraintLevel", "Dynamics"),
+    "._fit": ("AbstractParameters", "FitResult", "fit", "fit_least_squares"),
+    "._projection": ("Projection",),
+    "._residuals": ("MultipleShooting", "torque_residuals", "trajectory_residuals"),
+    "._simulate": ("simulate",),
+    "._solution": ("ContactRecord", "Solution", "Status"),
+    "._solvers": ("RK4", "stiff_solver"),
+    "._stability": ("real_stability_limit",),
+    "._statistics": ("LeastSquaresResult",),
+    "._systems": (
+        "AbstractSized",
+        "AbstractSystem",
+        "AbstractUnconstrainedSystem",
+        "AbstractWrapper",
+        "ConstrainedSystem",
+        "ExplicitSystem",
+        "Forced",
+        "LagrangianSystem",
+    ),
+    "._tuning": ("tune_baumgarte",),
+    "._unilateral": ("AbstractUnilateral", "ContactRows", "Unilateral"),
+}
+# each public name: its module, and its name there (None: the name is the module)
+_EXPORTS = {name: (f"{__name__}.{name}", None) for name in _SUBMODULES} | {
+    name: (f"{__name__}{module}", name) for module, names in _NAMES.items() for name in names
+}
 __all__ = sorted(_EXPORTS)
 
 

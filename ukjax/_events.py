@@ -15,7 +15,7 @@ from jaxtyping import Array, PyTree
 
 from . import _linalg as la
 from ._event_values import mode_values
-from ._integrator import AbstractIntegrator, RunOptions
+from ._integrator import AbstractIntegrator, RunOptions, start_clock, step_controller
 from ._jit import jit
 from ._narrow import normal_rows, select_in
 from ._solution import FATAL, HEALTH, ContactRecord, Solution, Status, at_saves, final_status
@@ -263,21 +263,17 @@ def simulate_events(system, q0, qd0, t0, t1, options: RunOptions) -> Solution:
     step's dense output, each save is interpolated once, by the stretch that reaches it, and
     no host callback enters the program. A stretch after an event starts with half the step
     that met it."""
-    ts, solver, dt0, adaptive = options.ts, options.solver, options.dt0, options.adaptive
-    rtol, atol, max_steps, max_events = options.rtol, options.atol, options.max_steps, options.max_events
+    ts, solver, adaptive = options.ts, options.solver, options.adaptive
+    atol, max_steps, max_events = options.atol, options.max_steps, options.max_events
     adjoint, progress_meter = options.adjoint, options.progress_meter
-    controller = diffrax.PIDController(rtol=rtol, atol=atol, norm=events_norm) if adaptive else diffrax.ConstantStepSize()
-    span = t1 - t0
-    scale = jnp.where(span == 0, 1.0, span)
-    if dt0 is not None:
-        dt0 = dt0 / scale
+    controller = step_controller(options, events_norm)
+    clock = start_clock(t0, t1, options, whole_steps=False)
+    span, scale, saves, dt0, time = clock.span, clock.scale, clock.saves, clock.dt0, clock.time
     if adaptive and eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0)[-1].contacts.crossing is not None:
         controller = Bounded(controller)
     controller = StopAtFault(controller)
-    saves = (ts - t0) / scale
     rest_speed = jnp.sqrt(atol)
     k = ts.shape[0]
-    time = lambda s: t0 + s * span  # noqa: E731
 
     dtype = q0.dtype
     c = eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0)[-1].contacts.size

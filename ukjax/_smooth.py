@@ -2,11 +2,10 @@
 diffrax solver under ukjax's step controllers (`_stepping`), from `t0` to `t1` in normalised
 time."""
 
-import diffrax
 import jax
 import jax.numpy as jnp
 
-from ._integrator import AbstractIntegrator, RunOptions
+from ._integrator import AbstractIntegrator, RunOptions, start_clock, step_controller
 from ._jit import jit
 from ._projection import drift_step
 from ._solution import HEALTH, Solution, at_saves, final_status
@@ -24,27 +23,17 @@ class Smooth(AbstractIntegrator):
 
 @jit
 def _run(system, q0, qd0, t0, t1, options: RunOptions) -> Solution:
-    ts, solver, dt0, adaptive = options.ts, options.solver, options.dt0, options.adaptive
-    rtol, atol, progress_meter = options.rtol, options.atol, options.progress_meter
-    controller = diffrax.PIDController(rtol=rtol, atol=atol) if adaptive else diffrax.ConstantStepSize()
-    # The run integrates from 0 to 1 in s = (t - t0) / (t1 - t0): its end time is then a
-    # constant, and what derives from it folds away when compiling. Fixed steps: the N steps
-    # diffrax would take in t, each ending at t0 + (t1 - t0) k / N as there.
-    span = t1 - t0
-    scale = jnp.where(span == 0, 1.0, span)  # t0 = t1: nothing moves, any s will do
-    if dt0 is not None and not adaptive:
-        dt0 = 1 / jnp.maximum(jnp.ceil(jnp.abs(span) / jnp.nextafter(jnp.abs(dt0), jnp.inf)), 1)
-    elif dt0 is not None:
-        dt0 = dt0 / scale
-    saves = (ts - t0) / scale
+    ts, solver, progress_meter = options.ts, options.solver, options.progress_meter
+    clock = start_clock(t0, t1, options, whole_steps=True)
+    saves = clock.saves
     inf = jnp.full((save_rows(ts.shape[0]),) + q0.shape, jnp.inf, q0.dtype)
     run = integrate(
         solver,
-        StopAtFault(controller),
+        StopAtFault(step_controller(options)),
         jnp.zeros((), q0.dtype),
         (q0, qd0, jnp.zeros(HEALTH, q0.dtype)),
-        FieldArgs(system, t0, span),
-        dt0,
+        FieldArgs(system, t0, clock.span),
+        clock.dt0,
         saves=saves,
         records=(inf, inf),
         index=jnp.zeros((), jnp.int32),
