@@ -1,0 +1,269 @@
+"""Time-stepping: fixed steps of the U-K equation at the impulse level, `M Δv = h Q + Jᵀ p`,
+with the contacts' complementarity solved exactly in each step (Moreau–Jean at the velocity
+level, the gap in Signorini's condition as Anitescu and Potra write it), for contact-rich
+scenes and for control loops that step a system themselves (`step`)."""
+
+import equinox as eqx
+import equinox.internal as eqxi
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from . import _linalg as la
+from ._dynamics import Dynamics, solve_levels
+from ._integrator import AbstractIntegrator, RunOptions, start_clock
+from ._jit import jit
+from ._narrow import normal_rows, select_in
+from ._solution import ContactRecord, Solution, Status, at_saves
+from ._stepping import loop_kind
+from ._unilateral import OPEN, TOUCH, valid_coefficients
+
+# how far ahead a contact is a candidate of the step's problem: twice the reach of its
+# predicted speed (a candidate that does not close stays open, at the cost of its rows)
+_REACH = 2.0
+
+
+class StepResult(eqx.Module):
+    """One step of [`ukjax.step`][].
+
+    **Attributes:**
+
+    - `q`, `qd`: the state at the step's end, shape (n,).
+    - `normal`: each contact's normal impulse over the step, shape (c,) (the average force
+      is `normal / h`).
+    - `tangent`: each contact's friction impulse in its tangent basis, shape (c, 2).
+    - `mode`: each contact's mode over the step: `0` open, `1` sliding, `2` sticking, shape (c,).
+    - `gap`: each contact's gap `g` where the step began, shape (c,).
+    - `converged`: whether the step's complementarity problem was solved (and its
+      coefficients valid).
+    """
+
+    q: Float[Array, " n"]
+    qd: Float[Array, " n"]
+    normal: Float[Array, " c"]
+    tangent: Float[Array, "c 2"]
+    mode: Int[Array, " c"]
+    gap: Float[Array, " c"]
+    converged: Bool[Array, ""]
+
+
+def _contact_level(d: Dynamics):
+    """The forces the last level's solve sees (a sequential cascade's earlier levels as
+    given forces, the non-ideal term) and that level."""
+    Q, level = d.Q, d.levels[-1]
+    if len(d.levels) > 1:
+        Q = Q + solve_levels(Dynamics(d.M, d.Q, d.levels[:-1]))[0].constraint_force
+    if level.nonideal is not None:
+        Q = Q + level.nonideal
+    return Q, level
+
+
+def _project(system, t, q, qd, active):
+    """`q` onto the equality constraints and onto `g = 0` for the `active(contacts, q)`
+    contacts (two minimum-norm Gauss–Newton steps), then `q̇` onto `Φ̇ = 0` (and `ψ = 0`)."""
+
+    def newton(q, _):
+        level = system.constraint_levels(t, q, qd)[-1]
+        rows, _ = normal_rows(level.contacts, active(level.contacts), q.shape[0])
+        A = jnp.concatenate([level.rows.A, rows.A])
+        r = jnp.concatenate([level.rows.phi, rows.phi])
+        return q - la.pinv_solve_multipliers(A, r[:, None], False)[0][:, 0], None
+
+    q, _ = jax.lax.scan(newton, q, None, length=2)
+    rows = system.constraint_levels(t, q, qd)[-1].rows
+    return q, qd - la.pinv_solve_multipliers(rows.A, rows.phid[:, None].astype(q.dtype), False)[0][:, 0]
+
+
+def take_step(system, t, q, qd, h, rest_speed) -> StepResult:
+    """One step of length `h` from `(t, q, q̇)` (no checks; `step` is the public one).
+
+    The contacts within reach of the step are the candidates of one velocity-level
+    complementarity problem on the free motion's impulse `h Q`, solved exactly by the mode
+    search of the event-driven route's impacts (`select_in`: Signorini and Coulomb's cone,
+    the friction impulse on the cone where the sticking one leaves it, minimum-norm impulses
+    for dependent rows): a contact that closes within the step (`g + h ġ ≤ 0` at the free
+    speed) leaves at Newton's `−e ġ⁻`, or with `e = 0` (or an approach slower than
+    `rest_speed`) reaches `g = 0` at the step's end (`ġ⁺ ≥ −g/h`); one that does not may
+    not pass its gap. The equality rows hold their acceleration-level form over the step
+    (`A Δv = h b`); the step ends with `q⁺ = q + h q̇⁺` projected back onto them and onto
+    the contacts it closed.
+    """
+    d = system.dynamics(t, q, qd)
+    if not d.levels or d.levels[-1].contacts is None:
+        sol = solve_levels(d)[0]
+        qd1 = qd + h * sol.acceleration.astype(qd.dtype)
+        if d.levels:
+            q1, qd1 = _project(system, t + h, q + h * qd1, qd1, lambda c: jnp.zeros(0, bool))
+        else:
+            q1 = q + h * qd1
+        zeros = jnp.zeros(0, q.dtype)
+        ok = sol.mass_ok & jnp.isfinite(sol.inconsistency)
+        return StepResult(q1, qd1, zeros, zeros.reshape(0, 2), jnp.zeros(0, jnp.int32), zeros, ok)
+    Q, level = _contact_level(d)
+    c = level.contacts
+    k = c.size
+    g, rate = c.normal.phi, c.normal.phid
+    # the normal speed at the step's end under the smooth forces alone: which contacts the
+    # step can close, and the approach Newton's law reverses
+    free = rate + h * (c.normal.A @ la.cho_solve(la.cholesky(d.M, False), Q[:, None], False)[:, 0])
+    closing = g + h * free <= 0
+    e = jnp.where(closing & (-free * c.restitution > rest_speed), c.restitution, 0)
+    target = jnp.where(closing, jnp.maximum(-g / h, -e * free), -g / h)
+    candidates = (g + _REACH * h * jnp.minimum(free, 0) <= TOUCH) | (g <= TOUCH)
+    velocity_rows = lambda rows, b: eqx.tree_at(lambda r: r.b, rows, b)  # noqa: E731
+    contacts = eqx.tree_at(
+        lambda c: (c.normal, c.tangent),
+        c,
+        (velocity_rows(c.normal, target - rate), velocity_rows(c.tangent, -c.tangent.phid)),
+    )
+    equalities = velocity_rows(level.rows, h * level.rows.b)
+    # at the velocity level every contact may stick (no slip to slide against), and the cone
+    # bounds the impulse exactly (no slack)
+    modes, jump, converged = select_in(
+        d.M, h * Q, equalities, contacts, candidates, jnp.zeros((k, 2), q.dtype), kernel=level.kernel
+    )
+    qd1 = qd + jump.x.astype(qd.dtype)
+    closed = (modes.mode != OPEN) & (target <= 0)  # resting or landing: on the surface at the end
+    q1, qd1 = _project(system, t + h, q + h * qd1, qd1, lambda c: closed | (c.normal.phi < 0))
+    valid = valid_coefficients(c.friction, c.restitution)
+    ok = converged & valid & jnp.isfinite(jump.inconsistency)
+    return StepResult(q1, qd1, jump.normal, jump.tangent.reshape(k, 2), modes.mode, g, ok)
+
+
+class _Loop(eqx.Module):
+    """The stepping loop's state: the step count `k`, the state, the saves' records, the
+    largest penetration at a step's start, and whether every step so far was solved."""
+
+    k: Array
+    q: Array
+    qd: Array
+    records: tuple
+    penetration: Array
+    ok: Array
+
+
+def _save(records, saves, s0, s1, q0, qd0, after: StepResult, h):
+    """The saves in `(s0, s1]` written from the step between them: the state interpolated
+    linearly, the modes and the average forces (impulse over `h`) the step's."""
+    due = (saves > s0) & (saves <= s1)
+    theta = ((saves - s0) / (s1 - s0))[:, None]
+    values = (
+        q0 + theta * (after.q - q0),
+        qd0 + theta * (after.qd - qd0),
+        jnp.broadcast_to(after.mode, (saves.shape[0],) + after.mode.shape),
+        jnp.broadcast_to(after.normal / h, (saves.shape[0],) + after.normal.shape),
+        jnp.broadcast_to(after.tangent / h, (saves.shape[0],) + after.tangent.shape),
+    )
+    return tuple(
+        jnp.where(due.reshape((-1,) + (1,) * (old.ndim - 1)), new.astype(old.dtype), old)
+        for new, old in zip(values, records)
+    )
+
+
+def _contacts_of(system, t, q, qd) -> int:
+    levels = eqx.filter_eval_shape(system.constraint_levels, t, q, qd)
+    return 0 if not levels or levels[-1].contacts is None else levels[-1].contacts.size
+
+
+@jit(events=True)
+def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed) -> Solution:
+    ts, adjoint = options.ts, options.adjoint
+    clock = start_clock(t0, t1, options, whole_steps=True)
+    steps = jnp.round(1 / clock.dt0).astype(jnp.int32)
+    dtype, K, c = q0.dtype, ts.shape[0], _contacts_of(system, t0, q0, qd0)
+    # the start onto its constraints and out of any contact it is inside, as the
+    # event-driven route's start is
+    start_gap = jnp.zeros(0, dtype)
+    if c:
+        start_gap = system.constraint_levels(t0, q0, qd0)[-1].contacts.normal.phi
+        q0, qd0 = _project(system, t0, q0, qd0, lambda contacts: contacts.normal.phi < 0)
+    elif eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0):
+        q0, qd0 = _project(system, t0, q0, qd0, lambda contacts: jnp.zeros(0, bool))
+    at_start = (clock.saves <= 0)[:, None]
+    records = (
+        jnp.where(at_start, q0, jnp.inf),
+        jnp.where(at_start, qd0, jnp.inf),
+        jnp.zeros((K, c), jnp.int32),
+        jnp.zeros((K, c), dtype),
+        jnp.zeros((K, c, 2), dtype),
+    )
+    h = clock.dt0 * clock.span
+
+    def cond(x: _Loop):
+        return (x.k < steps) & x.ok
+
+    def body(x: _Loop):
+        s0 = x.k * clock.dt0
+        s1 = jnp.where(x.k + 1 == steps, 1.0, (x.k + 1) * clock.dt0)
+        result = take_step(system, clock.time(s0), x.q, x.qd, h, rest_speed)
+        finite = jnp.all(jnp.isfinite(result.q)) & jnp.all(jnp.isfinite(result.qd))
+        ok = result.converged & finite
+        records = _save(x.records, clock.saves, s0, s1, x.q, x.qd, result, h)
+        # a step that failed is not taken: its saves and the state stay as they were
+        records = jax.tree.map(lambda new, old: jnp.where(ok, new, old), records, x.records)
+        deepest = jnp.max(-result.gap, initial=0)
+        return _Loop(
+            x.k + ok,
+            jnp.where(ok, result.q, x.q),
+            jnp.where(ok, result.qd, x.qd),
+            records,
+            jnp.where(x.k > 0, jnp.maximum(x.penetration, deepest), x.penetration),
+            ok,
+        )
+
+    start = _Loop(jnp.zeros((), jnp.int32), q0, qd0, records, jnp.zeros((), dtype), jnp.array(True))
+    final = eqxi.while_loop(cond, body, start, max_steps=options.max_steps, kind=loop_kind(adjoint))
+    q, qd, mode, normal, tangent = final.records
+    start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
+    status = jnp.where(final.ok, Status.SUCCESS, Status.CONTACT_UNRESOLVED)
+    status = jnp.where(final.ok & (final.k < steps), Status.MAX_STEPS_REACHED, status)
+    finite = jnp.all(jnp.isfinite(final.q)) & jnp.all(jnp.isfinite(final.qd))
+    status = jnp.where(start_finite & finite, status, Status.NONFINITE_STATE).astype(jnp.int32)
+    stats = {"num_steps": final.k}
+    if not c:
+        violation = at_saves(system.violation, ts, q, qd)
+        phi, phid = (None, None) if violation is None else violation
+        return Solution(ts, q, qd, phi, phid, status, stats)
+
+    def saved(t, q, qd):
+        return system.constraint_levels(t, q, qd)[-1].contacts.normal.phi, system.violation(t, q, qd)
+
+    gap, violation = at_saves(saved, ts, q, qd)
+    penetration = jnp.maximum(final.penetration, jnp.max(jnp.where(jnp.isfinite(gap), -gap, 0), initial=0))
+    levels = system.constraint_levels(t0, q0, qd0)
+    valid = valid_coefficients(levels[-1].contacts.friction, levels[-1].contacts.restitution)
+    status = jnp.where(valid, status, Status.INVALID_PARAMETERS).astype(jnp.int32)
+    record = ContactRecord(
+        gap,
+        mode,
+        normal,
+        tangent,
+        jnp.zeros(0, dtype),
+        jnp.zeros((0, c), dtype),
+        penetration,
+        jnp.max(-start_gap, initial=0),
+    )
+    return Solution(ts, q, qd, *violation, status, stats, record)
+
+
+class TimeStepping(AbstractIntegrator):
+    """Fixed steps of length `dt0` of the impulse-level U-K equation with the contacts'
+    complementarity exact in each step (`take_step`): `simulate(system, ..., solver=
+    ukjax.TimeStepping(), dt0=h)`. First order in `h`; every step ends on the equality
+    constraints and on the contacts it closed (to round-off of two Gauss–Newton steps). The
+    tolerances and `max_events` do not apply; `max_steps` bounds the steps.
+
+    **Arguments:**
+
+    - `rest_speed`: an approach slower than this is not reversed by restitution (no
+      bounce), as Zeno's accumulation is truncated in the event-driven route (default
+      `1e-5`, in the state's units per second).
+    """
+
+    events = True
+    rest_speed: float = 1e-5
+
+    def run(self, system, q0, qd0, t0, t1, options: RunOptions) -> Solution:
+        if options.dt0 is None:
+            raise ValueError("ukjax.TimeStepping steps by dt0: give simulate(..., dt0=h).")
+        return _run(system, q0, qd0, t0, t1, options, jnp.asarray(self.rest_speed, q0.dtype))
