@@ -68,6 +68,7 @@ if typing.TYPE_CHECKING:
         Unilateral as Unilateral,
     )
     from ._stability import real_stability_limit as real_stability_limit
+    from ._time_stepping import StepResult as StepResult, TimeStepping as TimeStepping, step as step
     from ._tuning import tune_baumgarte as tune_baumgarte
 
 __version__ = "0.1.0"
@@ -114,6 +115,7 @@ _NAMES = {
         "Forced",
         "LagrangianSystem",
     ),
+    "._time_stepping": ("StepResult", "TimeStepping", "step"),
     "._tuning": ("tune_baumgarte",),
     "._unilateral": ("AbstractUnilateral", "ContactRows", "Unilateral"),
 }

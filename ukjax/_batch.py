@@ -17,7 +17,6 @@ from ._backends._backend import AutoBackend, TreeKernel, check_backend
 from ._simulate import DEFAULT_TOL, integrator_for, simulate, warn_if_started_off
 from ._solution import Solution
 from ._systems import AbstractSystem, check_state
-from ._unilateral import unilaterals
 
 _AXIS = "batch"
 
@@ -185,7 +184,8 @@ def simulate_batch(
     jax.tree.map(check_axis, arrays, axes, is_leaf=_absent)
     per_device = -(-batch // len(devices))
     shared = not any(axis is not None for axis in jax.tree.leaves(axes, is_leaf=_absent))
-    if platform == "cpu" and isinstance(backend, TreeKernel) and unilaterals(system):
+    integrator = integrator_for(system, simulate_kwargs.get("solver"))
+    if platform == "cpu" and isinstance(backend, TreeKernel) and not integrator.lockstep:
         # With contacts and limits, one member at a time: in a batch the members step in
         # lockstep, each event pass lasting until every member's stretch has ended, and the
         # contact kernel solves the lanes one by one, the waiting ones too
@@ -202,7 +202,7 @@ def simulate_batch(
     }
     options = {k: v for k, v in simulate_kwargs.items() if k not in numeric}
     mesh = Mesh(np.array(devices), (_AXIS,))
-    run = _RUNS[integrator_for(system).events]
+    run = _RUNS[integrator.events]
     # Cut back to the batch in the program within one process; across processes outside it,
     # where each process keeps its own members (a cut program would gather them all).
     cut = batch if jax.process_count() == 1 else None

@@ -246,6 +246,7 @@ class EventDriven(AbstractIntegrator):
     modes fixed, and at each event its impact and the next modes (`simulate_events`)."""
 
     events = True
+    lockstep = False
 
     def run(self, system, q0, qd0, t0, t1, options: RunOptions) -> Solution:
         return simulate_events(system, q0, qd0, t0, t1, options)

@@ -38,6 +38,8 @@ class AbstractIntegrator(eqx.Module):
     the event-driven path's, which compiles with `_jit.EVENT_COMPILER_OPTIONS`)."""
 
     events: ClassVar[bool]
+    # whether a batch's members step together with nothing to wait for (no events)
+    lockstep: ClassVar[bool]
 
     @abc.abstractmethod
     def run(self, system, q0: Array, qd0: Array, t0: Array, t1: Array, options: RunOptions):

@@ -19,6 +19,7 @@ from ._solvers import RK4
 from ._stability import warn_if_unstable
 from ._stepping import Projecting, loop_kind
 from ._systems import AbstractSystem, check_state
+from ._time_stepping import TimeStepping
 from ._unilateral import check_coefficients, unilaterals
 
 # rtol and atol of `simulate` unless given
@@ -123,8 +124,11 @@ def simulate(
         raise ValueError("ukjax.RK4 has no error estimate: use it with adaptive=False and dt0.")
     # read from the system's structure: no trace of its rows for every call
     found = unilaterals(system)
-    integrator = integrator_for(system)
+    integrator = integrator_for(system, solver)
     events = integrator.events
+    stepping = isinstance(integrator, TimeStepping)
+    if stepping and dt0 is None:
+        raise ValueError("ukjax.TimeStepping takes fixed steps: give simulate(..., dt0=h), the step.")
     for x in found:  # as built, or as edited since (`eqx.tree_at`)
         check_coefficients(x)
     known = not any(isinstance(x, jax.core.Tracer) for x in (t0, t1, dt0, q0, qd0))
@@ -134,7 +138,9 @@ def simulate(
             "and friction is not the physics run forwards (an impact loses energy either way). "
             "Simulate from the earlier time, or leave the unilateral constraints out."
         )
-    if not adaptive and known:
+    if stepping and known:
+        _check_fixed_step(float(t0), float(t1), float(dt0))
+    elif not adaptive and known:
         _check_fixed_step(float(t0), float(t1), float(dt0))
         solver_ = diffrax.Tsit5() if solver is None else solver
         warn_if_unstable(system, solver_, t0, q0, qd0, abs(float(t1) - float(t0)), float(dt0))
@@ -147,7 +153,7 @@ def simulate(
     loop_kind(adjoint)  # one of the two, said before tracing
     options = RunOptions(
         ts,
-        Projecting(solver) if project else solver,
+        Projecting(solver) if project and not stepping else solver,
         jnp.asarray(rtol, q0.dtype),
         jnp.asarray(atol, q0.dtype),
         None if dt0 is None else jnp.asarray(dt0, q0.dtype),
@@ -260,7 +266,10 @@ def warn_if_started_off(solution: Solution, q0: Array, qd0: Array, t0, rtol: flo
     )
 
 
-def integrator_for(system) -> AbstractIntegrator:
-    """The integrator a run of `system` takes: event-driven where it has unilateral
-    constraints (read from its structure, no trace), else smooth."""
+def integrator_for(system, solver=None) -> AbstractIntegrator:
+    """The integrator a run of `system` with `solver` takes: the solver where it is one
+    (`ukjax.TimeStepping`), else event-driven where the system has unilateral constraints
+    (read from its structure, no trace), else smooth."""
+    if isinstance(solver, AbstractIntegrator):
+        return solver
     return EventDriven() if unilaterals(system) else Smooth()

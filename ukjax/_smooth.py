@@ -16,6 +16,7 @@ class Smooth(AbstractIntegrator):
     """The whole run as one diffrax integration (a system with no unilateral constraints)."""
 
     events = False
+    lockstep = True
 
     def run(self, system, q0, qd0, t0, t1, options: RunOptions) -> Solution:
         return _run(system, q0, qd0, t0, t1, options)

@@ -10,13 +10,15 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _linalg as la
+from ._arrays import as_inexact
 from ._dynamics import Dynamics, solve_levels
 from ._integrator import AbstractIntegrator, RunOptions, start_clock
 from ._jit import jit
 from ._narrow import normal_rows, select_in
 from ._solution import ContactRecord, Solution, Status, at_saves
 from ._stepping import loop_kind
-from ._unilateral import OPEN, TOUCH, valid_coefficients
+from ._systems import check_state
+from ._unilateral import OPEN, TOUCH, check_coefficients, inverse_masses, norm, unilaterals, valid_coefficients
 
 # how far ahead a contact is a candidate of the step's problem: twice the reach of its
 # predicted speed (a candidate that does not close stays open, at the cost of its rows)
@@ -64,13 +66,16 @@ def _project(system, t, q, qd, active):
 
     def newton(q, _):
         level = system.constraint_levels(t, q, qd)[-1]
-        rows, _ = normal_rows(level.contacts, active(level.contacts), q.shape[0])
-        A = jnp.concatenate([level.rows.A, rows.A])
-        r = jnp.concatenate([level.rows.phi, rows.phi])
+        A, r = level.rows.A, level.rows.phi
+        if level.contacts is not None:
+            rows, _ = normal_rows(level.contacts, active(level.contacts), q.shape[0])
+            A, r = jnp.concatenate([A, rows.A]), jnp.concatenate([r, rows.phi])
         return q - la.pinv_solve_multipliers(A, r[:, None], False)[0][:, 0], None
 
-    q, _ = jax.lax.scan(newton, q, None, length=2)
+    q, _ = jax.lax.scan(newton, q, None, length=3)  # the third: a contact the second step pushed in
     rows = system.constraint_levels(t, q, qd)[-1].rows
+    if rows.A.shape[0] == 0:
+        return q, qd
     return q, qd - la.pinv_solve_multipliers(rows.A, rows.phid[:, None].astype(q.dtype), False)[0][:, 0]
 
 
@@ -105,7 +110,8 @@ def take_step(system, t, q, qd, h, rest_speed) -> StepResult:
     g, rate = c.normal.phi, c.normal.phid
     # the normal speed at the step's end under the smooth forces alone: which contacts the
     # step can close, and the approach Newton's law reverses
-    free = rate + h * (c.normal.A @ la.cho_solve(la.cholesky(d.M, False), Q[:, None], False)[:, 0])
+    L = la.cholesky(d.M, False)
+    free = rate + h * (c.normal.A @ la.cho_solve(L, Q[:, None], False)[:, 0])
     closing = g + h * free <= 0
     e = jnp.where(closing & (-free * c.restitution > rest_speed), c.restitution, 0)
     target = jnp.where(closing, jnp.maximum(-g / h, -e * free), -g / h)
@@ -117,10 +123,18 @@ def take_step(system, t, q, qd, h, rest_speed) -> StepResult:
         (velocity_rows(c.normal, target - rate), velocity_rows(c.tangent, -c.tangent.phid)),
     )
     equalities = velocity_rows(level.rows, h * level.rows.b)
-    # at the velocity level every contact may stick (no slip to slide against), and the cone
-    # bounds the impulse exactly (no slack)
+    # A contact slipping faster than its cone's impulse over the step could stop (the normal
+    # impulse that stops its approach, through the contact's mobilities) slides against its
+    # slip, as the event-driven route's sliding contacts do: friction opposes the motion, to
+    # first order in the step. One slower may stick, where the impulse that stops it lies in
+    # the cone (exactly: no slack); else it slides against that impulse.
+    slip = c.tangent.phid.reshape(k, 2)
+    normal_mobility = inverse_masses(L, c.normal.A)
+    tangent_mobility = jnp.max(inverse_masses(L, c.tangent.A).reshape(k, 2), axis=1)
+    stoppable = c.friction * jnp.maximum(-free, 0) * tangent_mobility / jnp.where(normal_mobility > 0, normal_mobility, 1)
+    moving = norm(slip) > jnp.maximum(2 * stoppable, rest_speed)
     modes, jump, converged = select_in(
-        d.M, h * Q, equalities, contacts, candidates, jnp.zeros((k, 2), q.dtype), kernel=level.kernel
+        d.M, h * Q, equalities, contacts, candidates, jnp.where(moving[:, None], slip, 0), kernel=level.kernel
     )
     qd1 = qd + jump.x.astype(qd.dtype)
     closed = (modes.mode != OPEN) & (target <= 0)  # resting or landing: on the surface at the end
@@ -261,9 +275,40 @@ class TimeStepping(AbstractIntegrator):
     """
 
     events = True
+    lockstep = True
     rest_speed: float = 1e-5
 
     def run(self, system, q0, qd0, t0, t1, options: RunOptions) -> Solution:
         if options.dt0 is None:
             raise ValueError("ukjax.TimeStepping steps by dt0: give simulate(..., dt0=h).")
         return _run(system, q0, qd0, t0, t1, options, jnp.asarray(self.rest_speed, q0.dtype))
+
+
+def step(system, t, q, qd, h, *, rest_speed: float = 1e-5) -> StepResult:
+    """One step of [`ukjax.TimeStepping`][] from `(t, q, q̇)`: for a control loop that steps
+    a system itself (a policy, MPC), its controls in the system (a `Model.controlled`'s, an
+    `eqx.tree_at` away). Jit-able, vmappable and differentiable in both modes: the
+    derivative is that of the step's final modes (the mode search is discrete; where a mode
+    switches the step is not differentiable, and the derivative is the one of the modes found).
+
+    **Arguments:**
+
+    - `system`: any ukjax system (with or without unilateral constraints; unbound, so in XLA).
+    - `t`, `q`, `qd`: the state, `q` and `qd` shape (n,).
+    - `h`: the step, `> 0`.
+    - `rest_speed`: as for `TimeStepping`.
+
+    **Returns:**
+
+    A [`ukjax.StepResult`][]: the next state, the step's impulses, its contacts' modes and
+    whether it was solved.
+    """
+    q, qd = check_state(system, q, qd)
+    q = as_inexact(q)
+    qd = qd.astype(q.dtype)
+    if not isinstance(h, jax.core.Tracer) and not float(h) > 0:
+        raise ValueError(f"The step h must be positive, got {h}.")
+    for x in unilaterals(system):
+        check_coefficients(x)
+    t, h = jnp.asarray(t, q.dtype), jnp.asarray(h, q.dtype)
+    return take_step(system, t, q, qd, h, jnp.asarray(rest_speed, q.dtype))

@@ -1,0 +1,148 @@
+"""The time-stepping route (`ukjax.TimeStepping`, `ukjax.step`) against closed forms (a bounce's
+apexes by Newton's law, a slide under Coulomb friction and its derivative in μ), against the
+event-driven route on the same scene, its first order, and its loop closure on a file."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ukjax
+from ukjax import models
+
+G = 9.81
+
+
+class Point(ukjax.AbstractUnconstrainedSystem):
+    """A point mass in the plane, `q = (x, y)`, under gravity."""
+
+    mass: jax.Array
+
+    def mass_matrix(self, t, q):
+        return self.mass * jnp.eye(2)
+
+    def forces(self, t, q, qd):
+        return jnp.stack([jnp.zeros_like(self.mass), -G * self.mass])
+
+
+def _floor(friction=0.0, restitution=0.0):
+    return ukjax.Unilateral(lambda t, q: q[1], restitution=restitution, friction=friction, slip=lambda t, q, qd: qd[:1])
+
+
+def _apexes(sol):
+    y = np.asarray(sol.q[:, 1])
+    return [y[i] for i in range(1, len(y) - 1) if y[i - 1] <= y[i] > y[i + 1] and y[i] > 1e-3]
+
+
+def test_a_bounce_converges_at_first_order_to_newtons_law():
+    """A ball dropped from 1 m with e = 0.5: its apexes tend to e²ⁿ h₀ at first order in the
+    step, it never enters the floor, and it stays on it when it rests (e = 0)."""
+    system = ukjax.ConstrainedSystem(Point(jnp.asarray(1.0)), _floor(restitution=0.5))
+    ts = jnp.linspace(0.0, 1.6, 3201)
+    errors = []
+    for h in (2e-3, 1e-3):
+        sol = ukjax.simulate(system, jnp.array([0.0, 1.0]), jnp.zeros(2), 0.0, 1.6, ts=ts, solver=ukjax.TimeStepping(), dt0=h)
+        assert sol.status == ukjax.Status.SUCCESS and int(sol.stats["num_steps"]) == round(1.6 / h)
+        assert float(sol.contacts.penetration) <= 1e-9
+        errors.append(max(abs(a - 0.25**n) for n, a in enumerate(_apexes(sol)[:2], start=1)))
+    assert errors[1] < 0.6 * errors[0] and errors[1] < 5e-3
+    inelastic = ukjax.ConstrainedSystem(Point(jnp.asarray(1.0)), _floor())
+    sol = ukjax.simulate(inelastic, jnp.array([0.0, 0.3]), jnp.zeros(2), 0.0, 1.0, solver=ukjax.TimeStepping(), dt0=2e-3)
+    assert abs(float(sol.q[-1, 1])) <= 1e-12 and abs(float(sol.qd[-1, 1])) <= 1e-12
+    np.testing.assert_allclose(sol.contacts.normal[-1, 0], G, rtol=1e-12)  # the average force: its weight
+
+
+def test_a_slide_under_coulomb_friction_is_its_closed_form():
+    """A block launched at 2 m/s on a floor with μ = 0.5: `x = v₀t − μ g t²/2` until it stops
+    at `v₀/(μ g)`, then at rest, stuck exactly; the floor bears `m g` and friction `μ m g`."""
+    v0, mu, m = 2.0, 0.5, 2.0
+    system = ukjax.ConstrainedSystem(Point(jnp.asarray(m)), _floor(friction=mu))
+    ts = jnp.linspace(0.0, 0.6, 61)
+    stop = v0 / (mu * G)
+    x = np.where(ts < stop, v0 * ts - 0.5 * mu * G * ts**2, v0 * stop - 0.5 * mu * G * stop**2)
+    errors = []
+    for h in (2e-3, 1e-3):
+        sol = ukjax.simulate(system, jnp.zeros(2), jnp.array([v0, 0.0]), 0.0, 0.6, ts=ts, solver=ukjax.TimeStepping(), dt0=h)
+        errors.append(float(np.max(np.abs(sol.q[:, 0] - x))))
+        assert float(jnp.max(jnp.abs(sol.q[:, 1]))) <= 1e-12 and float(sol.qd[-1, 0]) == 0.0
+    assert errors[1] < 0.6 * errors[0] and errors[1] < 2e-3
+    np.testing.assert_allclose(sol.contacts.normal[10, 0], m * G, rtol=1e-12)
+    np.testing.assert_allclose(sol.contacts.tangent[10, 0, 0], -mu * m * G, rtol=1e-12)
+
+
+def test_step_is_differentiable_in_both_modes_against_the_closed_form():
+    """`ukjax.step` in a `lax.scan` of 50 steps of 2 ms, jitted: while the block slides, `∂x(T)/∂μ = −g T²/2 + O(h)`, by `jax.jvp` and
+    `jax.grad`, both against central differences of the same map."""
+    system = ukjax.ConstrainedSystem(Point(jnp.asarray(2.0)), _floor(friction=0.5))
+    h, steps = 2e-3, 50
+
+    def final_x(mu):
+        edited = eqx.tree_at(lambda s: s.constraints[0].friction, system, mu)
+
+        def one(state, _):
+            out = ukjax.step(edited, 0.0, *state, h)
+            return (out.q, out.qd), out.converged
+
+        (q, _), converged = jax.lax.scan(one, (jnp.zeros(2), jnp.array([3.0, 0.0])), None, length=steps)
+        return q[0], jnp.all(converged)
+
+    mu = jnp.asarray(0.3)
+    run = jax.jit(final_x)
+    assert bool(run(mu)[1])
+    T = h * steps
+    value = lambda mu: final_x(mu)[0]  # noqa: E731
+    forward = jax.jit(lambda mu: jax.jvp(value, (mu,), (jnp.ones_like(mu),))[1])(mu)
+    reverse = jax.jit(jax.grad(value))(mu)
+    eps = 1e-6
+    central = (run(mu + eps)[0] - run(mu - eps)[0]) / (2 * eps)
+    np.testing.assert_allclose(forward, central, rtol=1e-6)
+    np.testing.assert_allclose(reverse, central, rtol=1e-6)
+    np.testing.assert_allclose(forward, -0.5 * G * T**2, rtol=0.02)
+
+
+def test_the_files_scene_follows_the_event_driven_route_at_first_order():
+    """`examples/contacts.xml` (a pendulum onto its limit; a sphere, a box and a rod on a
+    floor), 0.4 s: the time-stepping states approach the event-driven route's (rtol = atol =
+    1e-10) at first order in the step, with no penetration past round-off."""
+    model = models.from_mjcf(ukjax.examples.path("contacts.xml"), keyframe="launched")
+    scene = model.full_system()
+    ts = jnp.linspace(0.0, 0.4, 5)
+    exact = ukjax.simulate(scene, model.q0, model.qd0, 0.0, 0.4, ts=ts, rtol=1e-10, atol=1e-10)
+    errors = []
+    for h in (2e-3, 1e-3):
+        sol = ukjax.simulate(scene, model.q0, model.qd0, 0.0, 0.4, ts=ts, solver=ukjax.TimeStepping(), dt0=h)
+        assert sol.status == ukjax.Status.SUCCESS
+        assert float(sol.contacts.penetration) <= 1e-9
+        errors.append(float(jnp.max(jnp.abs(sol.q - exact.q))))
+    assert errors[1] < 0.7 * errors[0] and errors[1] < 2e-2
+
+
+def test_a_loop_stays_closed_and_a_batch_is_its_members():
+    """The four-bar from its file under time-stepping: the loop closed at every save to
+    1e-9 m (each step ends on it); a batch of three starts equals the three runs."""
+    model = models.from_mjcf(ukjax.examples.path("fourbar.xml"))
+    system = model.full_system()
+    q0 = jnp.stack([model.q0] * 3)
+    qd0 = jnp.stack([model.qd0 * s for s in (0.5, 1.0, 1.5)])
+    options = dict(ts=jnp.linspace(0.0, 0.5, 11), solver=ukjax.TimeStepping(), dt0=1e-3)
+    batch = ukjax.simulate_batch(system, q0, qd0, 0.0, 0.5, **options)
+    assert bool(jnp.all(batch.status == ukjax.Status.SUCCESS))
+    assert float(jnp.max(jnp.abs(batch.phi))) <= 1e-9
+    one = ukjax.simulate(system, q0[2], qd0[2], 0.0, 0.5, **options)
+    np.testing.assert_allclose(batch.q[2], one.q, atol=1e-12)
+
+
+def test_bad_calls_are_refused():
+    system = ukjax.ConstrainedSystem(Point(jnp.asarray(1.0)), _floor())
+    start = (jnp.array([0.0, 1.0]), jnp.zeros(2))
+    with pytest.raises(ValueError, match="dt0"):
+        ukjax.simulate(system, *start, 0.0, 1.0, solver=ukjax.TimeStepping())
+    with pytest.raises(ValueError, match="before t0"):
+        ukjax.simulate(system, *start, 1.0, 0.0, solver=ukjax.TimeStepping(), dt0=-1e-3)
+    with pytest.raises(ValueError, match="longer than the run"):
+        ukjax.simulate(system, *start, 0.0, 1.0, solver=ukjax.TimeStepping(), dt0=2.0)
+    with pytest.raises(ValueError, match="positive"):
+        ukjax.step(system, 0.0, *start, 0.0)
+    with pytest.raises(ValueError, match="entries"):
+        ukjax.step(system, 0.0, jnp.zeros(3), jnp.zeros(3), 1e-3)
