@@ -10,7 +10,10 @@ columns: the largest penetration of the floor, the largest speed left at the end
 in simulated seconds per wall-clock second for the whole batch (MuJoCo's: its C step,
 `rollout` on one thread), and ukjax's events and compile time.
 
-    python benchmarks/tumbling.py [--batch 8] [--t1 2]
+`--stepping H` runs ukjax's time-stepping route at the step `H` (`ukjax.TimeStepping`, MuJoCo's
+own 0.002 for the same step) instead of its event-driven one.
+
+    python benchmarks/tumbling.py [--batch 8] [--t1 2] [--stepping 0.002]
 """
 
 import argparse
@@ -77,12 +80,13 @@ def measures(positions, speeds, penetration):
     return dict(rest=rest, speed=float(np.max(speeds)), penetration=penetration)
 
 
-def run_ukjax(xml, members, t1):
+def run_ukjax(xml, members, t1, stepping=None):
     model = ukjax.models.from_mjcf(xml)
     system = ukjax.ConstrainedSystem(model.system, model.constraints + model.unilateral)
     q0, qd0 = (jnp.stack(x) for x in zip(*(model.state_from_mujoco(qpos, qvel) for qpos, qvel in members)))
     ts = jnp.linspace(0.0, t1, 101)
-    sol, wall, compile_s = compiled_and_timed(lambda: ukjax.simulate_batch(system, q0, qd0, 0.0, t1, ts=ts))
+    route = {} if stepping is None else dict(solver=ukjax.TimeStepping(), dt0=stepping)
+    sol, wall, compile_s = compiled_and_timed(lambda: ukjax.simulate_batch(system, q0, qd0, 0.0, t1, ts=ts, **route))
     q, qd = np.asarray(sol.q[:, -1]), np.asarray(sol.qd[:, -1])
     heights = q[:, [7 * i + 2 for i in range(len(BODIES))]]
     speeds = np.linalg.norm(qd.reshape(len(members), len(BODIES), 7)[:, :, :3], axis=-1)
@@ -115,14 +119,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--t1", type=float, default=2.0)
+    parser.add_argument("--stepping", type=float, default=None, help="time-stepping at this step (s)")
     args = parser.parse_args()
     xml = scene()
     members = starts(mujoco.MjModel.from_xml_string(xml), args.batch)
-    uk = run_ukjax(xml, members, args.t1)
+    uk = run_ukjax(xml, members, args.t1, args.stepping)
     mj = run_mujoco(xml, members, args.t1)
     print(f"{len(BODIES)} bodies tumbling onto a floor, batch {args.batch}, {args.t1:g} s each; distances in m")
     print(f"{'':36s} {'penetration':>11s} {'rest error':>10s} {'speed left':>10s} {'sim s / s':>10s}")
-    for name, r in (("ukjax (exact, Tsit5 rtol = atol = 1e-8)", uk), ("MuJoCo, defaults (2 ms)", mj)):
+    route = "exact, Tsit5 rtol = atol = 1e-8" if args.stepping is None else f"time-stepping, {args.stepping * 1e3:g} ms"
+    for name, r in ((f"ukjax ({route})", uk), ("MuJoCo, defaults (2 ms)", mj)):
         print(f"{name:36s} {r['penetration']:11.1e} {r['rest']:10.1e} {r['speed']:10.1e} {r['rate']:10.2f}")
     print(
         f"ukjax: compile {uk['compile']:.1f} s, at most {uk['events']} events a member, statuses {', '.join(uk['statuses'])}; "

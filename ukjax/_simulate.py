@@ -69,7 +69,10 @@ def simulate(
       and friction do not run backwards.
     - `ts`: times to save at, from `t0` towards `t1` (default: `t0` and `t1`); a time past an
       end by rounding alone is taken as that end.
-    - `solver`: a diffrax solver (default `Tsit5`; see [`ukjax.stiff_solver`][] for stiff cases).
+    - `solver`: a diffrax solver (default `Tsit5`; see [`ukjax.stiff_solver`][] for stiff cases),
+      or [`ukjax.TimeStepping`][]: fixed steps `dt0` of the impulse-level problem, the
+      contacts' complementarity exact in each step, first order (the tolerances,
+      `max_events` and `project` do not apply to it).
     - `rtol`, `atol`: tolerances of the adaptive step-size controller.
     - `dt0`: initial step (required for fixed steps, at most `t1 − t0`). A fixed step of an
       explicit solver past its stability limit at the start, from the linearization of the

@@ -62,7 +62,9 @@ def _contact_level(d: Dynamics):
 
 def _project(system, t, q, qd, active):
     """`q` onto the equality constraints and onto `g = 0` for the `active(contacts, q)`
-    contacts (two minimum-norm Gauss–Newton steps), then `q̇` onto `Φ̇ = 0` (and `ψ = 0`)."""
+    contacts (three minimum-norm Gauss–Newton steps: the third for a contact the second
+    pushed in), then `q̇` onto `Φ̇ = 0` (and `ψ = 0`) by the rows of the last step (the
+    configuration it corrects is off by round-off of the one before)."""
 
     def newton(q, _):
         level = system.constraint_levels(t, q, qd)[-1]
@@ -70,13 +72,12 @@ def _project(system, t, q, qd, active):
         if level.contacts is not None:
             rows, _ = normal_rows(level.contacts, active(level.contacts), q.shape[0])
             A, r = jnp.concatenate([A, rows.A]), jnp.concatenate([r, rows.phi])
-        return q - la.pinv_solve_multipliers(A, r[:, None], False)[0][:, 0], None
+        return q - la.pinv_solve_multipliers(A, r[:, None], False)[0][:, 0], (level.rows.A, level.rows.phid)
 
-    q, _ = jax.lax.scan(newton, q, None, length=3)  # the third: a contact the second step pushed in
-    rows = system.constraint_levels(t, q, qd)[-1].rows
-    if rows.A.shape[0] == 0:
+    q, (A, phid) = jax.lax.scan(newton, q, None, length=3)
+    if A.shape[1] == 0:
         return q, qd
-    return q, qd - la.pinv_solve_multipliers(rows.A, rows.phid[:, None].astype(q.dtype), False)[0][:, 0]
+    return q, qd - la.pinv_solve_multipliers(A[-1], phid[-1][:, None].astype(q.dtype), False)[0][:, 0]
 
 
 def take_step(system, t, q, qd, h, rest_speed) -> StepResult:
