@@ -147,6 +147,10 @@ def fit_ukjax(times, measured, _, tolerance=1e-10, stop=1e-10):
 def fit_sysid(times, _, measured):
     from mujoco import sysid
 
+    # without its extras `mujoco.sysid` imports empty (it swallows the missing dependencies)
+    if "create_initial_state" not in dir(sysid):
+        raise SystemExit('mujoco.sysid is installed without its dependencies: pip install "mujoco[sysid]".')
+
     spec = mujoco.MjSpec.from_string(xml())
     mjm = spec.compile()
     d = mujoco.MjData(mjm)

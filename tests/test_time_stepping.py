@@ -142,6 +142,8 @@ def test_bad_calls_are_refused():
         ukjax.simulate(system, *start, 1.0, 0.0, solver=ukjax.TimeStepping(), dt0=-1e-3)
     with pytest.raises(ValueError, match="longer than the run"):
         ukjax.simulate(system, *start, 0.0, 1.0, solver=ukjax.TimeStepping(), dt0=2.0)
+    still = ukjax.simulate(system, *start, 0.5, 0.5, solver=ukjax.TimeStepping(), dt0=1e-3)
+    assert still.status == ukjax.Status.SUCCESS and bool(jnp.all(still.q == start[0]))
     with pytest.raises(ValueError, match="positive"):
         ukjax.step(system, 0.0, *start, 0.0)
     with pytest.raises(ValueError, match="entries"):

@@ -184,7 +184,8 @@ def _contacts_of(system, t, q, qd) -> int:
 def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed) -> Solution:
     ts, adjoint = options.ts, options.adjoint
     clock = start_clock(t0, t1, options, whole_steps=True)
-    steps = jnp.round(1 / clock.dt0).astype(jnp.int32)
+    # t0 = t1: no step (the start is the run)
+    steps = jnp.where(clock.span == 0, 0, jnp.round(1 / clock.dt0)).astype(jnp.int32)
     dtype, K, c = q0.dtype, ts.shape[0], _contacts_of(system, t0, q0, qd0)
     # the start onto its constraints and out of any contact it is inside, as the
     # event-driven route's start is
