@@ -288,3 +288,14 @@ def test_a_kept_simulation_runs_and_is_read_back(tmp_path, capsys, monkeypatch):
     assert all("SUCCESS" in text for text in texts)
     final = [[line for line in text.splitlines() if "status" in line] for text in texts]
     assert final[0] == final[1] and final[0]
+
+
+def test_simulate_a_files_contacts_by_time_stepping(tmp_path, capsys, monkeypatch):
+    """`ukjax simulate FILE --step H` on the contacts scene: it runs by time-stepping, says
+    so, and reports no penetration past round-off."""
+    monkeypatch.chdir(tmp_path)
+    scene = str(Path(__file__).parent.parent / "ukjax" / "examples" / "contacts.xml")
+    code, text = _simulate([scene, "--keyframe", "launched", "--t1", "0.1", "--saves", "3", "--step", "0.002"], capsys)
+    assert code == 0, text
+    assert "time-stepping at 0.002 s" in text and "status SUCCESS, 50 steps" in text
+    assert float(re.search(r"largest penetration (\d\.\d+e[+-]\d+)", text).group(1)) < 1e-9

@@ -463,7 +463,7 @@ def run_simulate(args: argparse.Namespace) -> None:
     ts = np.linspace(0.0, args.t1, args.saves)
     # the file's compiled binary, the keyframe and the options make the program and its start
     read = read_file(args.file)
-    key = ("simulate", read[2], keyframe, args.alpha, args.beta, args.no_contacts, args.t1, args.saves, args.tol)
+    key = ("simulate", read[2], keyframe, args.alpha, args.beta, args.no_contacts, args.t1, args.saves, args.tol, args.step)
     found = read_program(args.cache, "simulate", key)
 
     def read_model():
@@ -480,17 +480,18 @@ def run_simulate(args: argparse.Namespace) -> None:
     model = None
     if found is None:
         from .._simulate import integrator_for, simulate
+        from .._time_stepping import TimeStepping
 
         model, system = read_model()
+        route = {} if args.step is None else {"solver": TimeStepping(), "dt0": args.step}
 
         def simulation(q0, qd0):
-            sol = simulate(system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False)
+            sol = simulate(system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False, **route)
             return _fields(sol) | {"contacts": None if sol.contacts is None else _fields(sol.contacts)}
 
         with _stage("compiling the simulation (kept: the same command again starts at once)"):
-            found = keep_program(
-                args.cache, "simulate", key, simulation, (model.q0, model.qd0), events=integrator_for(system).events
-            )
+            events = integrator_for(system, route.get("solver")).events
+            found = keep_program(args.cache, "simulate", key, simulation, (model.q0, model.qd0), events=events)
     program, (q0, qd0) = found
     with _stage(f"simulating {args.t1:g} s"):
         fields = jax.block_until_ready(program(q0, qd0))
@@ -520,7 +521,8 @@ def run_simulate(args: argparse.Namespace) -> None:
         f"{args.file}: {len(tree.body_names)} bodies, {len(tree.joint_names)} joints, {len(model.constraints)} "
         f"constraints ({rows} rows), {norms} quaternion norm rows"
         + (f", {contacts} unilateral rows (limits, contacts)" if unilateral else "")
-        + f"; t ∈ [0, {args.t1:g}] s, Tsit5, rtol=atol={args.tol:g}"
+        + f"; t ∈ [0, {args.t1:g}] s, "
+        + (f"Tsit5, rtol=atol={args.tol:g}" if args.step is None else f"time-stepping at {args.step:g} s")
     )
     status = ukjax.Status(int(sol.status)).name
     parts = []
@@ -533,7 +535,8 @@ def run_simulate(args: argparse.Namespace) -> None:
         if norms and phi.size:
             parts.append(f"quaternion norm error {float(np.max(phi[:, :norms])):.2e}")
     if sol.contacts is not None:
-        parts.append(f"{int(sol.contacts.events)} contact events, largest penetration {float(sol.contacts.penetration):.1e}")
+        events = "" if args.step is not None else f"{int(sol.contacts.events)} contact events, "
+        parts.append(f"{events}largest penetration {float(sol.contacts.penetration):.1e}")
     print(f"  status {status}, {int(sol.stats['num_steps'])} steps" + "".join(f"; {p}" for p in parts))
     coordinates = _units(tree)
     panels = len(coordinates) + (sol.phi is not None)

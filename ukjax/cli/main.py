@@ -100,6 +100,13 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="leave out the file's joint limits and contacts (a smooth run: shorter to compile, faster on robot trees)",
     )
+    p.add_argument(
+        "--step",
+        type=_duration,
+        default=None,
+        help="time-stepping at this step [s] (ukjax.TimeStepping: first order, each step's contacts exact) "
+        "instead of the event-driven integration at --tol",
+    )
     p.set_defaults(run=run_simulate)
     p = commands.add_parser(
         "bench",
