@@ -60,6 +60,18 @@ def _contact_level(d: Dynamics):
     return Q, level
 
 
+def _least_change(A: Float[Array, "p n"], r: Float[Array, " p"]) -> Float[Array, " n"]:
+    """The least `δ` with `A δ = r`, by the Gram matrix regularized at √ε of its largest
+    diagonal entry (dependent rows, a box on four corners, and zero rows, the contacts left
+    out, have a solution then; what the regularization leaves is the next step's): a Cholesky
+    factor of `p × p`, where the robust pseudo-inverse's basis costs several times more."""
+    G = A @ A.T
+    scale = jnp.max(jnp.diagonal(G), initial=0)
+    mu = jnp.sqrt(jnp.finfo(A.dtype).eps) * jnp.where(scale > 0, scale, 1)
+    factor = jax.scipy.linalg.cho_factor(G + mu * jnp.eye(G.shape[0], dtype=G.dtype), lower=True)
+    return A.T @ jax.scipy.linalg.cho_solve(factor, r)
+
+
 def _project(system, t, q, qd, active):
     """`q` onto the equality constraints and onto `g = 0` for the `active(contacts, q)`
     contacts (three minimum-norm Gauss–Newton steps: the third for a contact the second
@@ -72,12 +84,12 @@ def _project(system, t, q, qd, active):
         if level.contacts is not None:
             rows, _ = normal_rows(level.contacts, active(level.contacts), q.shape[0])
             A, r = jnp.concatenate([A, rows.A]), jnp.concatenate([r, rows.phi])
-        return q - la.pinv_solve_multipliers(A, r[:, None], False)[0][:, 0], (level.rows.A, level.rows.phid)
+        return q - _least_change(A, r), (level.rows.A, level.rows.phid)
 
     q, (A, phid) = jax.lax.scan(newton, q, None, length=3)
     if A.shape[1] == 0:
         return q, qd
-    return q, qd - la.pinv_solve_multipliers(A[-1], phid[-1][:, None].astype(q.dtype), False)[0][:, 0]
+    return q, qd - _least_change(A[-1], phid[-1].astype(q.dtype))
 
 
 def take_step(system, t, q, qd, h, rest_speed) -> StepResult:
@@ -266,7 +278,7 @@ class TimeStepping(AbstractIntegrator):
     """Fixed steps of length `dt0` of the impulse-level U-K equation with the contacts'
     complementarity exact in each step (`take_step`): `simulate(system, ..., solver=
     ukjax.TimeStepping(), dt0=h)`. First order in `h`; every step ends on the equality
-    constraints and on the contacts it closed (to round-off of two Gauss–Newton steps). The
+    constraints and on the contacts it closed (three Gauss–Newton steps, to 1e-9 or less). The
     tolerances and `max_events` do not apply; `max_steps` bounds the steps.
 
     **Arguments:**
