@@ -97,9 +97,10 @@ def take_step(system, t, q, qd, h, rest_speed) -> StepResult:
 
     The contacts within reach of the step are the candidates of one velocity-level
     complementarity problem on the free motion's impulse `h Q`, solved exactly by the mode
-    search of the event-driven route's impacts (`select_in`: Signorini and Coulomb's cone,
-    the friction impulse on the cone where the sticking one leaves it, minimum-norm impulses
-    for dependent rows): a contact that closes within the step (`g + h ġ ≤ 0` at the free
+    search of the event-driven route's impacts (`select_in`: Signorini and Coulomb's cone, a
+    contact slipping faster than its cone can stop sliding against its slip, a slower one
+    sticking where that impulse lies in the cone, minimum-norm impulses for dependent rows):
+    a contact that closes within the step (`g + h ġ ≤ 0` at the free
     speed) leaves at Newton's `−e ġ⁻`, or with `e = 0` (or an approach slower than
     `rest_speed`) reaches `g = 0` at the step's end (`ġ⁺ ≥ −g/h`); one that does not may
     not pass its gap. The equality rows hold their acceleration-level form over the step
