@@ -142,6 +142,11 @@ def test_bad_calls_are_refused():
         ukjax.simulate(system, *start, 1.0, 0.0, solver=ukjax.TimeStepping(), dt0=-1e-3)
     with pytest.raises(ValueError, match="longer than the run"):
         ukjax.simulate(system, *start, 0.0, 1.0, solver=ukjax.TimeStepping(), dt0=2.0)
+    # a step that does not divide the run: whole steps of at most dt0 (4 of 0.025 s here)
+    cut = ukjax.simulate(system, *start, 0.0, 0.1, solver=ukjax.TimeStepping(), dt0=0.03)
+    even = ukjax.simulate(system, *start, 0.0, 0.1, solver=ukjax.TimeStepping(), dt0=0.025, adaptive=False)
+    assert int(cut.stats["num_steps"]) == 4
+    np.testing.assert_array_equal(cut.q, even.q)
     still = ukjax.simulate(system, *start, 0.5, 0.5, solver=ukjax.TimeStepping(), dt0=1e-3)
     assert still.status == ukjax.Status.SUCCESS and bool(jnp.all(still.q == start[0]))
     with pytest.raises(ValueError, match="positive"):

@@ -132,6 +132,7 @@ def simulate(
     stepping = isinstance(integrator, TimeStepping)
     if stepping and dt0 is None:
         raise ValueError("ukjax.TimeStepping takes fixed steps: give simulate(..., dt0=h), the step.")
+    adaptive = adaptive and not stepping  # whole steps of at most dt0 over the run
     for x in found:  # as built, or as edited since (`eqx.tree_at`)
         check_coefficients(x)
     known = not any(isinstance(x, jax.core.Tracer) for x in (t0, t1, dt0, q0, qd0))

@@ -276,9 +276,9 @@ def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed) -> Solution:
 
 
 class TimeStepping(AbstractIntegrator):
-    """Fixed steps of length `dt0` of the impulse-level U-K equation with the contacts'
-    complementarity exact in each step (`take_step`): `simulate(system, ..., solver=
-    ukjax.TimeStepping(), dt0=h)`. First order in `h`; every step ends on the equality
+    """Fixed steps of the impulse-level U-K equation with the contacts' complementarity exact
+    in each step (`take_step`): `simulate(system, ..., solver=ukjax.TimeStepping(), dt0=h)`,
+    the run cut into whole steps of at most `h` (as diffrax's fixed steps are). First order in `h`; every step ends on the equality
     constraints and on the contacts it closed (three Gauss–Newton steps, to 1e-9 or less). The
     tolerances and `max_events` do not apply; `max_steps` bounds the steps.
 
