@@ -147,6 +147,17 @@ def test_bad_calls_are_refused():
     even = ukjax.simulate(system, *start, 0.0, 0.1, solver=ukjax.TimeStepping(), dt0=0.025, adaptive=False)
     assert int(cut.stats["num_steps"]) == 4
     np.testing.assert_array_equal(cut.q, even.q)
+    # a member whose force turns NaN is flagged, the others kept
+    pushed = ukjax.ConstrainedSystem(
+        ukjax.Forced(Point(jnp.asarray(1.0)), lambda t, q, qd: jnp.where(q[0] > 0.5, jnp.nan, 0.0) * jnp.ones(2)), _floor()
+    )
+    batch = ukjax.simulate_batch(
+        pushed, jnp.array([[0.0, 1.0], [0.4, 1.0]]), jnp.array([[0.0, 0.0], [2.0, 0.0]]), 0.0, 0.2,
+        solver=ukjax.TimeStepping(), dt0=1e-3,
+    )
+    assert [ukjax.Status(int(s)) for s in batch.status] == [ukjax.Status.SUCCESS, ukjax.Status.NONFINITE_STATE]
+    # the good member falls freely: the step's own closed form, y_N = y₀ − g h² N (N + 1) / 2
+    np.testing.assert_allclose(batch.q[0, -1, 1], 1.0 - G * 1e-6 * 200 * 201 / 2, atol=1e-12)
     still = ukjax.simulate(system, *start, 0.5, 0.5, solver=ukjax.TimeStepping(), dt0=1e-3)
     assert still.status == ukjax.Status.SUCCESS and bool(jnp.all(still.q == start[0]))
     with pytest.raises(ValueError, match="positive"):

@@ -160,7 +160,8 @@ def take_step(system, t, q, qd, h, rest_speed) -> StepResult:
 
 class _Loop(eqx.Module):
     """The stepping loop's state: the step count `k`, the state, the saves' records, the
-    largest penetration at a step's start, and whether every step so far was solved."""
+    largest penetration at a step's start, whether every step so far was solved, and whether
+    the one that was not ended finite."""
 
     k: Array
     q: Array
@@ -168,6 +169,7 @@ class _Loop(eqx.Module):
     records: tuple
     penetration: Array
     ok: Array
+    finite: Array
 
 
 def _save(records, saves, s0, s1, q0, qd0, after: StepResult, h):
@@ -202,9 +204,10 @@ def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed) -> Solution:
     dtype, K, c = q0.dtype, ts.shape[0], _contacts_of(system, t0, q0, qd0)
     # the start onto its constraints and out of any contact it is inside, as the
     # event-driven route's start is
-    start_gap = jnp.zeros(0, dtype)
+    start_gap, valid = jnp.zeros(0, dtype), jnp.array(True)
     if c:
-        start_gap = system.constraint_levels(t0, q0, qd0)[-1].contacts.normal.phi
+        contacts = system.constraint_levels(t0, q0, qd0)[-1].contacts
+        start_gap, valid = contacts.normal.phi, valid_coefficients(contacts.friction, contacts.restitution)
         q0, qd0 = _project(system, t0, q0, qd0, lambda contacts: contacts.normal.phi < 0)
     elif eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0):
         q0, qd0 = _project(system, t0, q0, qd0, lambda contacts: jnp.zeros(0, bool))
@@ -238,16 +241,17 @@ def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed) -> Solution:
             records,
             jnp.where(x.k > 0, jnp.maximum(x.penetration, deepest), x.penetration),
             ok,
+            finite,
         )
 
-    start = _Loop(jnp.zeros((), jnp.int32), q0, qd0, records, jnp.zeros((), dtype), jnp.array(True))
+    yes = jnp.array(True)
+    start = _Loop(jnp.zeros((), jnp.int32), q0, qd0, records, jnp.zeros((), dtype), yes, yes)
     final = eqxi.while_loop(cond, body, start, max_steps=options.max_steps, kind=loop_kind(adjoint))
     q, qd, mode, normal, tangent = final.records
     start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
     status = jnp.where(final.ok, Status.SUCCESS, Status.CONTACT_UNRESOLVED)
     status = jnp.where(final.ok & (final.k < steps), Status.MAX_STEPS_REACHED, status)
-    finite = jnp.all(jnp.isfinite(final.q)) & jnp.all(jnp.isfinite(final.qd))
-    status = jnp.where(start_finite & finite, status, Status.NONFINITE_STATE).astype(jnp.int32)
+    status = jnp.where(start_finite & final.finite, status, Status.NONFINITE_STATE).astype(jnp.int32)
     stats = {"num_steps": final.k}
     if not c:
         violation = at_saves(system.violation, ts, q, qd)
@@ -259,8 +263,6 @@ def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed) -> Solution:
 
     gap, violation = at_saves(saved, ts, q, qd)
     penetration = jnp.maximum(final.penetration, jnp.max(jnp.where(jnp.isfinite(gap), -gap, 0), initial=0))
-    levels = system.constraint_levels(t0, q0, qd0)
-    valid = valid_coefficients(levels[-1].contacts.friction, levels[-1].contacts.restitution)
     status = jnp.where(valid, status, Status.INVALID_PARAMETERS).astype(jnp.int32)
     record = ContactRecord(
         gap,
@@ -278,9 +280,10 @@ def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed) -> Solution:
 class TimeStepping(AbstractIntegrator):
     """Fixed steps of the impulse-level U-K equation with the contacts' complementarity exact
     in each step (`take_step`): `simulate(system, ..., solver=ukjax.TimeStepping(), dt0=h)`,
-    the run cut into whole steps of at most `h` (as diffrax's fixed steps are). First order in `h`; every step ends on the equality
-    constraints and on the contacts it closed (three Gauss–Newton steps, to 1e-9 or less). The
-    tolerances and `max_events` do not apply; `max_steps` bounds the steps.
+    the run cut into whole steps of at most `h` (as diffrax's fixed steps are). First order
+    in `h`; every step ends on the equality constraints and on the contacts it closed (three
+    Gauss–Newton steps, to 1e-9 or less). The tolerances and `max_events` do not apply;
+    `max_steps` bounds the steps.
 
     **Arguments:**
 
