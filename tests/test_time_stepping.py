@@ -164,3 +164,43 @@ def test_bad_calls_are_refused():
         ukjax.step(system, 0.0, *start, 0.0)
     with pytest.raises(ValueError, match="entries"):
         ukjax.step(system, 0.0, jnp.zeros(3), jnp.zeros(3), 1e-3)
+
+
+def _box_on_slope(mu, degrees=20.0, half=(0.1, 0.07, 0.04)):
+    """A 2 kg box resting flat on a plane tilted by `degrees` about y, both of friction `mu`."""
+    theta = np.radians(degrees)
+    centre = half[2] * np.array([np.sin(theta), 0.0, np.cos(theta)])
+    xml = f"""<mujoco><worldbody>
+  <geom type="plane" size="5 5 0.1" euler="0 {degrees} 0" friction="{mu}"/>
+  <body pos="{centre[0]} {centre[1]} {centre[2]}" euler="0 {degrees} 0"><freejoint/>
+    <geom type="box" size="{half[0]} {half[1]} {half[2]}" mass="2" friction="{mu}"/></body>
+</worldbody></mujoco>"""
+    return models.from_mjcf(xml), theta, half
+
+
+@pytest.mark.parametrize("mu", [0.2, 0.5])
+def test_a_box_on_a_slope_is_the_discrete_schemes_closed_form(mu):
+    """A box flat on a 20° slope, on four corners (a redundant set): below `μ = tan 20°` it
+    slides as the scheme's closed form, `vₙ = n h a` with `a = g (sin θ − μ cos θ)` and so
+    `sₙ = h² a n (n + 1)/2`; above it stays exactly. Either way it does not turn, the normal
+    forces sum to `m g cos θ` and their difference front to back balances friction's moment
+    about the centre (at the box's half height below it)."""
+    model, theta, half = _box_on_slope(mu)
+    h, ts = 2e-3, jnp.linspace(0.0, 0.5, 26)
+    sol = ukjax.simulate(model.full_system(), model.q0, model.qd0, 0.0, 0.5, ts=ts, solver=ukjax.TimeStepping(), dt0=h)
+    assert sol.status == ukjax.Status.SUCCESS
+    downhill = np.array([np.cos(theta), 0.0, -np.sin(theta)])
+    travelled = (np.asarray(sol.q[:, :3]) - np.asarray(model.q0[:3])) @ downhill
+    n = np.round(np.asarray(ts) / h)
+    a = G * (np.sin(theta) - mu * np.cos(theta))
+    np.testing.assert_allclose(travelled, h * h * max(a, 0.0) * n * (n + 1) / 2, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(sol.q[:, 3:], jnp.broadcast_to(model.q0[3:], (26, 4)), rtol=0, atol=1e-14)
+    assert float(sol.contacts.penetration) <= 1e-12
+    m, closed = 2.0, np.asarray(sol.contacts.mode[-1]) != 0
+    normal = np.asarray(sol.contacts.normal[-1])
+    assert closed.sum() == 4 and (np.asarray(sol.contacts.mode[-1])[closed] == (1 if a > 0 else 2)).all()
+    np.testing.assert_allclose(normal.sum(), m * G * np.cos(theta), rtol=1e-12)
+    friction = min(mu * np.cos(theta), np.sin(theta)) * m * G
+    loads = np.sort(normal[closed]).reshape(2, 2)  # two corners uphill, two down, each pair alike
+    np.testing.assert_allclose(loads[:, 0], loads[:, 1], rtol=1e-12)
+    np.testing.assert_allclose(2 * (loads[1, 0] - loads[0, 0]) * half[0], friction * half[2], rtol=1e-9)

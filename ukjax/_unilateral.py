@@ -392,8 +392,8 @@ def select_modes(
     - `slipping`: the tangential velocity of each contact, shape (k, 2): a contact that
       slips can only slide (against it); one at rest may stick. Zero at the velocity
       level, where any contact may stick.
-    - `differentiable`: solve the final modes once more on the tape (False: the search's
-      last solve, without derivatives, one solve less in the program).
+    - `differentiable`: whether the answer carries derivatives (those of the solve at the
+      final modes; False: none).
     - `slack`: how far each sticking force may leave its cone before the contact slides (a
       scalar or shape (k,); `inf` for a velocity correction that is no physical impulse:
       every contact not slipping sticks). At an impact, the impulse that changes a contact's
@@ -407,11 +407,19 @@ def select_modes(
     `(modes, solution, converged)`.
     """
     k = contacts.size
-    dtype = Q.dtype
     held = jnp.zeros(k, bool) if held is None else held
-    # The search is discrete: derivatives come from the last solve, on the final modes only,
-    # and nothing the loop reads may carry them (reverse mode cannot pass a while loop).
-    slipping, slack = jax.lax.stop_gradient((slipping, jnp.broadcast_to(slack, (k,)).astype(dtype)))
+    slipping, slack = jax.lax.stop_gradient((slipping, jnp.broadcast_to(slack, (k,)).astype(Q.dtype)))
+    search = _searched if differentiable else _search
+    return search(M, Q, equalities, contacts, candidates, slipping, slack, held, kernel=kernel)
+
+
+def _search(M, Q, equalities, contacts, candidates, slipping, slack, held, *, kernel):
+    """`select_modes`' search: its modes, the solve at them (without derivatives) and
+    whether they solve the problem."""
+    k = contacts.size
+    dtype = Q.dtype
+    # The search is discrete: nothing the loop reads may carry derivatives (reverse mode
+    # cannot pass a while loop); they come from `_searched`'s rule, on the final modes.
     fixed = jax.lax.stop_gradient((M, Q, equalities, contacts))
     friction = fixed[3].friction
     moving = norm(slipping) > TOUCH
@@ -494,10 +502,32 @@ def select_modes(
 
     placeholder = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda *a: solve_modes(*a, kernel=kernel), *fixed, start))
     modes, sol, _, _ = jax.lax.while_loop(cond, body, (start, placeholder, jnp.array(False), 0))
-    if differentiable:
-        sol = solve_modes(M, Q, equalities, contacts, modes, kernel=kernel)
-    converged = ~jnp.any(violations(sol, modes) > 0) & sol.solvable
-    return modes, sol, converged
+    return modes, sol, ~jnp.any(violations(sol, modes) > 0) & sol.solvable
+
+
+@eqx.filter_custom_jvp
+def _searched(M, Q, equalities, contacts, candidates, slipping, slack, held, *, kernel):
+    """`_search`, differentiable: its last solve is the answer, and its derivative is that of
+    the solve at the final modes (computed only where a derivative is taken; before, every
+    search solved its final modes once more for the tape, a third of a resting step's
+    time-stepping cost)."""
+    return _search(M, Q, equalities, contacts, candidates, slipping, slack, held, kernel=kernel)
+
+
+@_searched.def_jvp
+def _searched_jvp(primals, tangents, *, kernel):
+    modes, _, converged = _search(*primals, kernel=kernel)
+    diff, static = eqx.partition(primals[:4], eqx.is_inexact_array)
+    # a symbolic zero (None) where a problem's array carries no derivative
+    fill = lambda x, t: None if x is None else (jnp.zeros_like(x) if t is None else t)  # noqa: E731
+    t_diff = jax.tree.map(fill, diff, tangents[:4], is_leaf=lambda x: x is None)
+
+    def solve(diff):
+        M, Q, equalities, contacts = eqx.combine(diff, static)
+        return solve_modes(M, Q, equalities, contacts, modes, kernel=kernel)
+
+    sol, t_sol = jax.jvp(solve, (diff,), (t_diff,))
+    return (modes, sol, converged), (jax.tree.map(lambda _: None, modes), t_sol, None)
 
 
 # Below `rest` a sliding contact's direction is that of `v + SLOW_TURN (rest − |v|) d`
