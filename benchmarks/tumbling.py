@@ -11,9 +11,11 @@ in simulated seconds per wall-clock second for the whole batch (MuJoCo's: its C 
 `rollout` on one thread), and ukjax's events and compile time.
 
 `--stepping H` runs ukjax's time-stepping route at the step `H` (`ukjax.TimeStepping`, MuJoCo's
-own 0.002 for the same step) instead of its event-driven one.
+own 0.002 for the same step) instead of its event-driven one, its applied forces as `--forces`
+says (`implicit`: `ukjax.ImplicitForces()`, the default; `implicit-positions`: with the
+positions' derivative; `explicit`: `ukjax.ExplicitForces()`).
 
-    python benchmarks/tumbling.py [--batch 8] [--t1 2] [--stepping 0.002]
+    python benchmarks/tumbling.py [--batch 8] [--t1 2] [--stepping 0.002] [--forces implicit]
 """
 
 import argparse
@@ -80,12 +82,20 @@ def measures(positions, speeds, penetration):
     return dict(rest=rest, speed=float(np.max(speeds)), penetration=penetration)
 
 
-def run_ukjax(xml, members, t1, stepping=None):
+# the time-stepping route's treatments of the applied forces (`--forces`)
+FORCES = {
+    "implicit": ukjax.ImplicitForces(),
+    "implicit-positions": ukjax.ImplicitForces(positions=True),
+    "explicit": ukjax.ExplicitForces(),
+}
+
+
+def run_ukjax(xml, members, t1, stepping=None, forces=None):
     model = ukjax.models.from_mjcf(xml)
     system = ukjax.ConstrainedSystem(model.system, model.constraints + model.unilateral)
     q0, qd0 = (jnp.stack(x) for x in zip(*(model.state_from_mujoco(qpos, qvel) for qpos, qvel in members)))
     ts = jnp.linspace(0.0, t1, 101)
-    route = {} if stepping is None else dict(solver=ukjax.TimeStepping(), dt0=stepping)
+    route = {} if stepping is None else dict(solver=ukjax.TimeStepping(forces=FORCES[forces]), dt0=stepping)
     sol, wall, compile_s = compiled_and_timed(lambda: ukjax.simulate_batch(system, q0, qd0, 0.0, t1, ts=ts, **route))
     q, qd = np.asarray(sol.q[:, -1]), np.asarray(sol.qd[:, -1])
     heights = q[:, [7 * i + 2 for i in range(len(BODIES))]]
@@ -120,14 +130,15 @@ def main():
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--t1", type=float, default=2.0)
     parser.add_argument("--stepping", type=float, default=None, help="time-stepping at this step (s)")
+    parser.add_argument("--forces", choices=sorted(FORCES), default="implicit", help="the step's forces (ukjax.TimeStepping's)")
     args = parser.parse_args()
     xml = scene()
     members = starts(mujoco.MjModel.from_xml_string(xml), args.batch)
-    uk = run_ukjax(xml, members, args.t1, args.stepping)
+    uk = run_ukjax(xml, members, args.t1, args.stepping, args.forces)
     mj = run_mujoco(xml, members, args.t1)
     print(f"{len(BODIES)} bodies tumbling onto a floor, batch {args.batch}, {args.t1:g} s each; distances in m")
     print(f"{'':36s} {'penetration':>11s} {'rest error':>10s} {'speed left':>10s} {'sim s / s':>10s}")
-    route = "exact, Tsit5 rtol = atol = 1e-8" if args.stepping is None else f"time-stepping, {args.stepping * 1e3:g} ms"
+    route = "exact, Tsit5 rtol = atol = 1e-8" if args.stepping is None else f"time-stepping, {args.stepping * 1e3:g} ms, {args.forces}"
     for name, r in ((f"ukjax ({route})", uk), ("MuJoCo, defaults (2 ms)", mj)):
         print(f"{name:36s} {r['penetration']:11.1e} {r['rest']:10.1e} {r['speed']:10.1e} {r['rate']:10.2f}")
     print(

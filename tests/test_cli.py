@@ -3,6 +3,7 @@ demo (each with its animation beside its plot), the identification demo `ukjax f
 closed chain's identification is checked here) and `ukjax simulate` on a free-joint model and on
 Cassie, with its errors and exit statuses."""
 
+import argparse
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from PIL import Image
 
 import ukjax
+from ukjax import models
 from ukjax.cli.main import main
 
 
@@ -206,8 +208,8 @@ def test_a_model_is_read_once_and_kept(tmp_path, monkeypatch):
     """`ukjax simulate`'s model (its start projected onto the file's equalities) is kept under
     the key of MuJoCo's compiled binary: the same file is read back with the same start and
     the first reading's warnings said again; an edit of the file is read anew."""
-    from ukjax.cli import cache as _cache
     from ukjax._robots import mjcf
+    from ukjax.cli import cache as _cache
 
     path = tmp_path / "coupled.xml"
     coupled = BOX.replace(
@@ -291,11 +293,38 @@ def test_a_kept_simulation_runs_and_is_read_back(tmp_path, capsys, monkeypatch):
 
 
 def test_simulate_a_files_contacts_by_time_stepping(tmp_path, capsys, monkeypatch):
-    """`ukjax simulate FILE --step H` on the contacts scene: it runs by time-stepping, says
-    so, and reports no penetration past round-off."""
+    """`ukjax simulate FILE` on the contacts scene steps at the file's own timestep (its
+    `<option timestep="0.0001"/>`), says so, and reports no penetration past round-off; `--events` takes the
+    event-driven route and reports its events; `--step` and `--events` together are refused."""
     monkeypatch.chdir(tmp_path)
     scene = str(Path(__file__).parent.parent / "ukjax" / "examples" / "contacts.xml")
-    code, text = _simulate([scene, "--keyframe", "launched", "--t1", "0.1", "--saves", "3", "--step", "0.002"], capsys)
+    code, text = _simulate([scene, "--keyframe", "launched", "--t1", "0.1", "--saves", "3"], capsys)
     assert code == 0, text
-    assert "time-stepping at 0.002 s" in text and "status SUCCESS, 50 steps" in text
+    assert "time-stepping at 0.0001 s" in text and "status SUCCESS, 1000 steps" in text
     assert float(re.search(r"largest penetration (\d\.\d+e[+-]\d+)", text).group(1)) < 1e-9
+    code, text = _simulate(
+        [scene, "--keyframe", "launched", "--t1", "0.1", "--saves", "3", "--events"], capsys
+    )
+    assert code == 0, text
+    assert "Tsit5, rtol=atol=1e-10" in text and re.search(r"\d+ contact events", text)
+    code, text = _simulate([scene, "--step", "0.001", "--events"], capsys)
+    assert code == 2 and "not allowed with argument" in text
+
+
+def test_the_command_lines_route():
+    """`ukjax simulate`'s step: `--step`'s where given; the file's timestep where the run
+    has limits or contacts; none (the event-driven or smooth route) with `--events`,
+    `--no-contacts` or a file with neither."""
+    from ukjax.cli.commands import _step
+
+    def args(step=None, events=False, no_contacts=False):
+        return argparse.Namespace(step=step, events=events, no_contacts=no_contacts)
+
+    limited = models.from_mjcf(Path(__file__).parent.parent / "ukjax" / "examples" / "contacts.xml")
+    smooth = models.from_mjcf(Path(__file__).parent.parent / "ukjax" / "examples" / "fourbar.xml")
+    assert limited.timestep == 1e-4 and limited.unilateral
+    assert _step(args(), limited) == 1e-4
+    assert _step(args(step=5e-4), limited) == 5e-4 and _step(args(step=5e-4), smooth) == 5e-4
+    assert _step(args(events=True), limited) is None
+    assert _step(args(no_contacts=True), limited) is None
+    assert _step(args(), smooth) is None

@@ -538,12 +538,13 @@ def test_a_light_body_moves_by_its_own_forces_beside_a_heavy_one(closed_forms):
 
 @pytest.mark.xdist_group("contacts_scene")
 def test_the_command_line_simulates_the_file_with_its_contacts(scene, tmp_path, capsys):
-    """`ukjax simulate FILE`: the file's limits and contacts join the run by default (the
-    program the scene above compiled: same structure, same options), and it reports them."""
+    """`ukjax simulate FILE --events`: the file's limits and contacts join the run by default
+    (the program the scene above compiled: same structure, same options), and it reports
+    them."""
     from ukjax.cli.main import main
 
     main(["--no-cache", "simulate", SCENE, "--keyframe", "launched", "--t1", "1", "--saves", "21",
-          "--tol", "1e-8", "--out", str(tmp_path / "scene.png")])
+          "--tol", "1e-8", "--out", str(tmp_path / "scene.png"), "--events"])
     text = capsys.readouterr().out
     assert "13 unilateral rows" in text and "status SUCCESS" in text and "3 contact events" in text, text
     penetration = float(text.split("largest penetration ")[1].split()[0])

@@ -204,3 +204,20 @@ def test_a_box_on_a_slope_is_the_discrete_schemes_closed_form(mu):
     loads = np.sort(normal[closed]).reshape(2, 2)  # two corners uphill, two down, each pair alike
     np.testing.assert_allclose(loads[:, 0], loads[:, 1], rtol=1e-12)
     np.testing.assert_allclose(2 * (loads[1, 0] - loads[0, 0]) * half[0], friction * half[2], rtol=1e-9)
+
+
+def test_a_step_too_long_for_its_constraint_is_a_failure_not_an_open_loop():
+    """A point on a unit circle at 10 m/s: at 1 ms every step ends on the circle (to 1e-9);
+    at 0.2 s a step leaves it by more than three Gauss–Newton steps bring back, and the run
+    stops there with `Status.SOLVER_FAILED` instead of going on off the circle."""
+    circle = ukjax.ConstrainedSystem(Point(jnp.asarray(1.0)), [ukjax.Holonomic(lambda t, q: q @ q - 1)])
+    q0, qd0 = jnp.array([1.0, 0.0]), jnp.array([0.0, 10.0])
+    short = ukjax.simulate(circle, q0, qd0, 0.0, 1.0, ts=jnp.linspace(0, 1, 11), solver=ukjax.TimeStepping(), dt0=1e-3)
+    assert short.status == ukjax.Status.SUCCESS
+    assert float(jnp.max(jnp.abs(short.phi))) <= 1e-9
+    long = ukjax.simulate(circle, q0, qd0, 0.0, 1.0, ts=jnp.linspace(0, 1, 11), solver=ukjax.TimeStepping(), dt0=0.2,
+                          throw=False)
+    assert long.status == ukjax.Status.SOLVER_FAILED
+    assert int(long.stats["num_steps"]) == 0
+    out = ukjax.step(circle, 0.0, q0, qd0, 0.2)
+    assert not bool(out.projected) and bool(out.converged)

@@ -2,7 +2,6 @@
 
 import typing
 
-
 # The public names are imported where they are first used (`__getattr__` below): a command
 # that reads back a kept program runs it before it imports the engine (equinox and diffrax
 # alone take half a second).
@@ -29,17 +28,27 @@ if typing.TYPE_CHECKING:
         Holonomic as Holonomic,
         Nonholonomic as Nonholonomic,
     )
-    from ._control import ClosedLoop as ClosedLoop, ServoControl as ServoControl, ServoSolution as ServoSolution
+    from ._control import (
+        ClosedLoop as ClosedLoop,
+        ServoControl as ServoControl,
+        ServoSolution as ServoSolution,
+    )
     from ._core import (
         UKSolution as UKSolution,
         constraint_force as constraint_force,
         udwadia_kalaba as udwadia_kalaba,
     )
+    from ._dynamics import ConstraintLevel as ConstraintLevel, Dynamics as Dynamics
     from ._fit import (
         AbstractParameters as AbstractParameters,
         FitResult as FitResult,
         fit as fit,
         fit_least_squares as fit_least_squares,
+    )
+    from ._implicit import (
+        AbstractForces as AbstractForces,
+        ExplicitForces as ExplicitForces,
+        ImplicitForces as ImplicitForces,
     )
     from ._projection import Projection as Projection
     from ._residuals import (
@@ -50,8 +59,8 @@ if typing.TYPE_CHECKING:
     from ._simulate import simulate as simulate
     from ._solution import ContactRecord as ContactRecord, Solution as Solution, Status as Status
     from ._solvers import RK4 as RK4, stiff_solver as stiff_solver
+    from ._stability import real_stability_limit as real_stability_limit
     from ._statistics import LeastSquaresResult as LeastSquaresResult
-    from ._dynamics import ConstraintLevel as ConstraintLevel, Dynamics as Dynamics
     from ._systems import (
         AbstractSized as AbstractSized,
         AbstractSystem as AbstractSystem,
@@ -62,14 +71,13 @@ if typing.TYPE_CHECKING:
         Forced as Forced,
         LagrangianSystem as LagrangianSystem,
     )
+    from ._time_stepping import StepResult as StepResult, TimeStepping as TimeStepping, step as step
+    from ._tuning import tune_baumgarte as tune_baumgarte
     from ._unilateral import (
         AbstractUnilateral as AbstractUnilateral,
         ContactRows as ContactRows,
         Unilateral as Unilateral,
     )
-    from ._stability import real_stability_limit as real_stability_limit
-    from ._time_stepping import StepResult as StepResult, TimeStepping as TimeStepping, step as step
-    from ._tuning import tune_baumgarte as tune_baumgarte
 
 __version__ = "0.1.0"
 
@@ -98,6 +106,7 @@ _NAMES = {
     "._core": ("UKSolution", "constraint_force", "udwadia_kalaba"),
     "._dynamics": ("ConstraintLevel", "Dynamics"),
     "._fit": ("AbstractParameters", "FitResult", "fit", "fit_least_squares"),
+    "._implicit": ("AbstractForces", "ExplicitForces", "ImplicitForces"),
     "._projection": ("Projection",),
     "._residuals": ("MultipleShooting", "torque_residuals", "trajectory_residuals"),
     "._simulate": ("simulate",),

@@ -31,8 +31,9 @@ MESSAGES = {
     Status.SUCCESS: "",
     Status.MAX_STEPS_REACHED: "The solver ran out of steps before t1: raise max_steps, loosen "
     "rtol/atol, or use ukjax.stiff_solver() if large Baumgarte gains made the problem stiff.",
-    Status.SOLVER_FAILED: "The solver failed (step size underflow or a failed implicit solve); "
-    "check the model for singular configurations.",
+    Status.SOLVER_FAILED: "The solver failed (step size underflow or a failed implicit solve, or a "
+    "time step whose end could not be brought back onto its constraints: shorten dt0); check the "
+    "model for singular configurations.",
     Status.NONFINITE_STATE: "The state or the acceleration became non-finite (NaN/inf): check the "
     "initial conditions and the model's functions for NaN.",
     Status.INCONSISTENT_CONSTRAINTS: "The constraints were inconsistent (A A⁺ b ≠ b) during the "

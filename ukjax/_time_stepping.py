@@ -12,17 +12,30 @@ from jaxtyping import Array, Bool, Float, Int
 from . import _linalg as la
 from ._arrays import as_inexact
 from ._dynamics import Dynamics, solve_levels
+from ._implicit import AbstractForces, ImplicitForces
 from ._integrator import AbstractIntegrator, RunOptions, start_clock
 from ._jit import jit
 from ._narrow import normal_rows, select_in
 from ._solution import ContactRecord, Solution, Status, at_saves
 from ._stepping import loop_kind
 from ._systems import check_state
-from ._unilateral import OPEN, TOUCH, check_coefficients, inverse_masses, norm, unilaterals, valid_coefficients
+from ._unilateral import (
+    OPEN,
+    TOUCH,
+    check_coefficients,
+    inverse_masses,
+    norm,
+    unilaterals,
+    valid_coefficients,
+)
 
 # how far ahead a contact is a candidate of the step's problem: twice the reach of its
 # predicted speed (a candidate that does not close stays open, at the cost of its rows)
 _REACH = 2.0
+# the projection has failed where it ends farther than this from the equality constraints
+# (m, rad): three Gauss–Newton steps bring a step's drift within 1e-9; a step too long for
+# their curvature (a loop opened by centimetres) is left farther
+_SETTLED = 1e-6
 
 
 class StepResult(eqx.Module):
@@ -38,6 +51,8 @@ class StepResult(eqx.Module):
     - `gap`: each contact's gap `g` where the step began, shape (c,).
     - `converged`: whether the step's complementarity problem was solved (and its
       coefficients valid).
+    - `projected`: whether the step's end was brought back onto its constraints (a step too
+      long for their curvature leaves them).
     """
 
     q: Float[Array, " n"]
@@ -47,6 +62,7 @@ class StepResult(eqx.Module):
     mode: Int[Array, " c"]
     gap: Float[Array, " c"]
     converged: Bool[Array, ""]
+    projected: Bool[Array, ""]
 
 
 def _contact_level(d: Dynamics):
@@ -76,7 +92,8 @@ def _project(system, t, q, qd, active):
     """`q` onto the equality constraints and onto `g = 0` for the `active(contacts, q)`
     contacts (three minimum-norm Gauss–Newton steps: the third for a contact the second
     pushed in), then `q̇` onto `Φ̇ = 0` (and `ψ = 0`) by the rows of the last step (the
-    configuration it corrects is off by round-off of the one before)."""
+    configuration it corrects is off by round-off of the one before); and whether the end
+    lies within `_SETTLED` of the equality constraints."""
 
     def newton(q, _):
         level = system.constraint_levels(t, q, qd)[-1]
@@ -87,12 +104,15 @@ def _project(system, t, q, qd, active):
         return q - _least_change(A, r), (level.rows.A, level.rows.phid)
 
     q, (A, phid) = jax.lax.scan(newton, q, None, length=3)
+    # one more evaluation of the rows: the regularized steps may converge linearly, so
+    # their last residual does not bound the end's
+    settled = jnp.max(jnp.abs(system.constraint_levels(t, q, qd)[-1].rows.phi), initial=0) <= _SETTLED
     if A.shape[1] == 0:
-        return q, qd
-    return q, qd - _least_change(A[-1], phid[-1].astype(q.dtype))
+        return q, qd, settled
+    return q, qd - _least_change(A[-1], phid[-1].astype(q.dtype)), settled
 
 
-def take_step(system, t, q, qd, h, rest_speed) -> StepResult:
+def take_step(system, t, q, qd, h, rest_speed, forces: AbstractForces) -> StepResult:
     """One step of length `h` from `(t, q, q̇)` (no checks; `step` is the public one).
 
     The contacts within reach of the step are the candidates of one velocity-level
@@ -107,17 +127,17 @@ def take_step(system, t, q, qd, h, rest_speed) -> StepResult:
     (`A Δv = h b`); the step ends with `q⁺ = q + h q̇⁺` projected back onto them and onto
     the contacts it closed.
     """
-    d = system.dynamics(t, q, qd)
+    d = forces.linearized(system, t, q, qd, h, system.dynamics(t, q, qd))
     if not d.levels or d.levels[-1].contacts is None:
         sol = solve_levels(d)[0]
         qd1 = qd + h * sol.acceleration.astype(qd.dtype)
         if d.levels:
-            q1, qd1 = _project(system, t + h, q + h * qd1, qd1, lambda c: jnp.zeros(0, bool))
+            q1, qd1, projected = _project(system, t + h, q + h * qd1, qd1, lambda c: jnp.zeros(0, bool))
         else:
-            q1 = q + h * qd1
+            q1, projected = q + h * qd1, jnp.array(True)
         zeros = jnp.zeros(0, q.dtype)
         ok = sol.mass_ok & jnp.isfinite(sol.inconsistency)
-        return StepResult(q1, qd1, zeros, zeros.reshape(0, 2), jnp.zeros(0, jnp.int32), zeros, ok)
+        return StepResult(q1, qd1, zeros, zeros.reshape(0, 2), jnp.zeros(0, jnp.int32), zeros, ok, projected)
     Q, level = _contact_level(d)
     c = level.contacts
     k = c.size
@@ -145,23 +165,28 @@ def take_step(system, t, q, qd, h, rest_speed) -> StepResult:
     slip = c.tangent.phid.reshape(k, 2)
     normal_mobility = inverse_masses(L, c.normal.A)
     tangent_mobility = jnp.max(inverse_masses(L, c.tangent.A).reshape(k, 2), axis=1)
-    stoppable = c.friction * jnp.maximum(-free, 0) * tangent_mobility / jnp.where(normal_mobility > 0, normal_mobility, 1)
+    stoppable = (
+        c.friction
+        * jnp.maximum(-free, 0)
+        * tangent_mobility
+        / jnp.where(normal_mobility > 0, normal_mobility, 1)
+    )
     moving = norm(slip) > jnp.maximum(2 * stoppable, rest_speed)
     modes, jump, converged = select_in(
         d.M, h * Q, equalities, contacts, candidates, jnp.where(moving[:, None], slip, 0), kernel=level.kernel
     )
     qd1 = qd + jump.x.astype(qd.dtype)
     closed = (modes.mode != OPEN) & (target <= 0)  # resting or landing: on the surface at the end
-    q1, qd1 = _project(system, t + h, q + h * qd1, qd1, lambda c: closed | (c.normal.phi < 0))
+    q1, qd1, projected = _project(system, t + h, q + h * qd1, qd1, lambda c: closed | (c.normal.phi < 0))
     valid = valid_coefficients(c.friction, c.restitution)
     ok = converged & valid & jnp.isfinite(jump.inconsistency)
-    return StepResult(q1, qd1, jump.normal, jump.tangent.reshape(k, 2), modes.mode, g, ok)
+    return StepResult(q1, qd1, jump.normal, jump.tangent.reshape(k, 2), modes.mode, g, ok, projected)
 
 
 class _Loop(eqx.Module):
     """The stepping loop's state: the step count `k`, the state, the saves' records, the
     largest penetration at a step's start, whether every step so far was solved, and whether
-    the one that was not ended finite."""
+    the one that was not ended finite and on its constraints."""
 
     k: Array
     q: Array
@@ -170,6 +195,7 @@ class _Loop(eqx.Module):
     penetration: Array
     ok: Array
     finite: Array
+    projected: Array
 
 
 def _save(records, saves, s0, s1, q0, qd0, after: StepResult, h):
@@ -196,7 +222,7 @@ def _contacts_of(system, t, q, qd) -> int:
 
 
 @jit(events=True)
-def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed) -> Solution:
+def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed, forces: AbstractForces) -> Solution:
     ts, adjoint = options.ts, options.adjoint
     clock = start_clock(t0, t1, options, whole_steps=True)
     # t0 = t1: no step (the start is the run)
@@ -208,9 +234,9 @@ def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed) -> Solution:
     if c:
         contacts = system.constraint_levels(t0, q0, qd0)[-1].contacts
         start_gap, valid = contacts.normal.phi, valid_coefficients(contacts.friction, contacts.restitution)
-        q0, qd0 = _project(system, t0, q0, qd0, lambda contacts: contacts.normal.phi < 0)
+        q0, qd0, _ = _project(system, t0, q0, qd0, lambda contacts: contacts.normal.phi < 0)
     elif eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0):
-        q0, qd0 = _project(system, t0, q0, qd0, lambda contacts: jnp.zeros(0, bool))
+        q0, qd0, _ = _project(system, t0, q0, qd0, lambda contacts: jnp.zeros(0, bool))
     at_start = (clock.saves <= 0)[:, None]
     records = (
         jnp.where(at_start, q0, jnp.inf),
@@ -227,9 +253,9 @@ def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed) -> Solution:
     def body(x: _Loop):
         s0 = x.k * clock.dt0
         s1 = jnp.where(x.k + 1 == steps, 1.0, (x.k + 1) * clock.dt0)
-        result = take_step(system, clock.time(s0), x.q, x.qd, h, rest_speed)
+        result = take_step(system, clock.time(s0), x.q, x.qd, h, rest_speed, forces)
         finite = jnp.all(jnp.isfinite(result.q)) & jnp.all(jnp.isfinite(result.qd))
-        ok = result.converged & finite
+        ok = result.converged & finite & result.projected
         records = _save(x.records, clock.saves, s0, s1, x.q, x.qd, result, h)
         # a step that failed is not taken: its saves and the state stay as they were
         records = jax.tree.map(lambda new, old: jnp.where(ok, new, old), records, x.records)
@@ -242,14 +268,16 @@ def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed) -> Solution:
             jnp.where(x.k > 0, jnp.maximum(x.penetration, deepest), x.penetration),
             ok,
             finite,
+            result.projected,
         )
 
     yes = jnp.array(True)
-    start = _Loop(jnp.zeros((), jnp.int32), q0, qd0, records, jnp.zeros((), dtype), yes, yes)
+    start = _Loop(jnp.zeros((), jnp.int32), q0, qd0, records, jnp.zeros((), dtype), yes, yes, yes)
     final = eqxi.while_loop(cond, body, start, max_steps=options.max_steps, kind=loop_kind(adjoint))
     q, qd, mode, normal, tangent = final.records
     start_finite = jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0))
     status = jnp.where(final.ok, Status.SUCCESS, Status.CONTACT_UNRESOLVED)
+    status = jnp.where(final.projected, status, Status.SOLVER_FAILED)
     status = jnp.where(final.ok & (final.k < steps), Status.MAX_STEPS_REACHED, status)
     status = jnp.where(start_finite & final.finite, status, Status.NONFINITE_STATE).astype(jnp.int32)
     stats = {"num_steps": final.k}
@@ -290,19 +318,25 @@ class TimeStepping(AbstractIntegrator):
     - `rest_speed`: an approach slower than this is not reversed by restitution (no
       bounce), as Zeno's accumulation is truncated in the event-driven route (default
       `1e-5`, in the state's units per second).
+    - `forces`: how a step takes the applied forces (default [`ukjax.ImplicitForces`][]:
+      their velocity derivative at the step's end, MuJoCo's `implicitfast`;
+      [`ukjax.ExplicitForces`][] at its start, cheaper where nothing is stiff).
     """
 
     events = True
     lockstep = True
     rest_speed: float = 1e-5
+    forces: AbstractForces = ImplicitForces()
 
     def run(self, system, q0, qd0, t0, t1, options: RunOptions) -> Solution:
         if options.dt0 is None:
             raise ValueError("ukjax.TimeStepping steps by dt0: give simulate(..., dt0=h).")
-        return _run(system, q0, qd0, t0, t1, options, jnp.asarray(self.rest_speed, q0.dtype))
+        return _run(system, q0, qd0, t0, t1, options, jnp.asarray(self.rest_speed, q0.dtype), self.forces)
 
 
-def step(system, t, q, qd, h, *, rest_speed: float = 1e-5) -> StepResult:
+def step(
+    system, t, q, qd, h, *, rest_speed: float = 1e-5, forces: AbstractForces = ImplicitForces()
+) -> StepResult:
     """One step of [`ukjax.TimeStepping`][] from `(t, q, q̇)`: for a control loop that steps
     a system itself (a policy, MPC), its controls in the system (a `Model.controlled`'s, an
     `eqx.tree_at` away). Jit-able, vmappable and differentiable in both modes: the
@@ -314,12 +348,12 @@ def step(system, t, q, qd, h, *, rest_speed: float = 1e-5) -> StepResult:
     - `system`: any ukjax system (with or without unilateral constraints; unbound, so in XLA).
     - `t`, `q`, `qd`: the state, `q` and `qd` shape (n,).
     - `h`: the step, `> 0`.
-    - `rest_speed`: as for `TimeStepping`.
+    - `rest_speed`, `forces`: as for `TimeStepping`.
 
     **Returns:**
 
     A [`ukjax.StepResult`][]: the next state, the step's impulses, its contacts' modes and
-    whether it was solved.
+    whether it was solved and ended on its constraints.
     """
     q, qd = check_state(system, q, qd)
     q = as_inexact(q)
@@ -329,4 +363,4 @@ def step(system, t, q, qd, h, *, rest_speed: float = 1e-5) -> StepResult:
     for x in unilaterals(system):
         check_coefficients(x)
     t, h = jnp.asarray(t, q.dtype), jnp.asarray(h, q.dtype)
-    return take_step(system, t, q, qd, h, jnp.asarray(rest_speed, q.dtype))
+    return take_step(system, t, q, qd, h, jnp.asarray(rest_speed, q.dtype), forces)

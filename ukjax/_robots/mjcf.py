@@ -329,6 +329,7 @@ def _from_compiled(mjm, kind: str, keyframe: str | int | None) -> Model:
         actuators,
         unilateral,
         ctrl,
+        float(mjm.opt.timestep),
     )
 
 

@@ -34,6 +34,9 @@ class Model(NamedTuple):
       `full_system()` includes them.
     - `ctrl`: an imported file's controls at the start (its keyframe's `ctrl`, zero without
       one), or None without actuators.
+    - `timestep`: an imported file's `<option timestep>` (MuJoCo's default 0.002 where it
+      gives none), the step `ukjax simulate FILE` takes by time-stepping; None for a model
+      not from a file.
     """
 
     system: AbstractSystem
@@ -45,6 +48,7 @@ class Model(NamedTuple):
     actuators: Actuators | None = None
     unilateral: tuple[AbstractUnilateral, ...] = ()
     ctrl: Float[Array, " m"] | None = None
+    timestep: float | None = None
 
     def full_system(self, stabilization: Baumgarte | None = None, *, unilateral: bool = True) -> AbstractSystem:
         """The whole system a file describes, as MuJoCo runs it: the tree under its

@@ -456,6 +456,17 @@ def _units(tree) -> dict[str, list[int]]:
     return {name: index for name, index in groups.items() if index}
 
 
+def _step(args: argparse.Namespace, model) -> float | None:
+    """The time step of `ukjax simulate`'s run: `--step`'s; else, for a file with limits or
+    contacts in the run, the file's own timestep, as MuJoCo takes it (`--events`: none, the
+    event-driven route); None for a smooth run."""
+    if args.step is not None:
+        return args.step
+    if args.events or args.no_contacts or not model.unilateral:
+        return None
+    return model.timestep
+
+
 def run_simulate(args: argparse.Namespace) -> None:
     keyframe = int(args.keyframe) if args.keyframe and args.keyframe.isdigit() else args.keyframe
     name = Path(args.file).stem
@@ -463,7 +474,10 @@ def run_simulate(args: argparse.Namespace) -> None:
     ts = np.linspace(0.0, args.t1, args.saves)
     # the file's compiled binary, the keyframe and the options make the program and its start
     read = read_file(args.file)
-    key = ("simulate", read[2], keyframe, args.alpha, args.beta, args.no_contacts, args.t1, args.saves, args.tol, args.step)
+    key = (
+        "simulate", read[2], keyframe, args.alpha, args.beta, args.no_contacts, args.t1, args.saves, args.tol, args.step,
+        args.events,
+    )
     found = read_program(args.cache, "simulate", key)
 
     def read_model():
@@ -483,7 +497,8 @@ def run_simulate(args: argparse.Namespace) -> None:
         from .._time_stepping import TimeStepping
 
         model, system = read_model()
-        route = {} if args.step is None else {"solver": TimeStepping(), "dt0": args.step}
+        step = _step(args, model)
+        route = {} if step is None else {"solver": TimeStepping(), "dt0": step}
 
         def simulation(q0, qd0):
             sol = simulate(system, q0, qd0, 0.0, args.t1, ts=ts, rtol=args.tol, atol=args.tol, throw=False, **route)
@@ -503,6 +518,7 @@ def run_simulate(args: argparse.Namespace) -> None:
 
     if model is None:
         model, system = read_model()
+    step = _step(args, model)
     tree = model.system
     unilateral = () if args.no_contacts else model.unilateral
     constraints = model.constraints + unilateral
@@ -522,7 +538,7 @@ def run_simulate(args: argparse.Namespace) -> None:
         f"constraints ({rows} rows), {norms} quaternion norm rows"
         + (f", {contacts} unilateral rows (limits, contacts)" if unilateral else "")
         + f"; t ∈ [0, {args.t1:g}] s, "
-        + (f"Tsit5, rtol=atol={args.tol:g}" if args.step is None else f"time-stepping at {args.step:g} s")
+        + (f"Tsit5, rtol=atol={args.tol:g}" if step is None else f"time-stepping at {step:g} s")
     )
     status = ukjax.Status(int(sol.status)).name
     parts = []
@@ -535,7 +551,7 @@ def run_simulate(args: argparse.Namespace) -> None:
         if norms and phi.size:
             parts.append(f"quaternion norm error {float(np.max(phi[:, :norms])):.2e}")
     if sol.contacts is not None:
-        events = "" if args.step is not None else f"{int(sol.contacts.events)} contact events, "
+        events = "" if step is not None else f"{int(sol.contacts.events)} contact events, "
         parts.append(f"{events}largest penetration {float(sol.contacts.penetration):.1e}")
     print(f"  status {status}, {int(sol.stats['num_steps'])} steps" + "".join(f"; {p}" for p in parts))
     coordinates = _units(tree)

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--saves", type=_count, default=401, help="number of saved times")
     p.add_argument("--alpha", type=float, default=0.5, help="Baumgarte α (the paper's value)")
     p.add_argument("--beta", type=float, default=200.0, help="Baumgarte β (the paper's value)")
-    p.add_argument("--tol", type=float, default=1e-10, help="rtol = atol of the integrator")
+    p.add_argument("--tol", type=float, default=1e-10, help="rtol = atol of the event-driven and smooth routes")
     p.add_argument("--batch", type=int, default=256, help="batch size of the vmap benchmark")
     p.add_argument("--out", default="scara.png", help="where to write the plot (the animation beside it, .gif)")
     p.set_defaults(run=run_scara)
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--seed-gain", type=float, default=50.0, help="α = β of the paper's Baumgarte form φ̈ + 2αφ̇ + β²φ"
     )
-    p.add_argument("--tol", type=float, default=1e-10, help="rtol = atol of the integrator")
+    p.add_argument("--tol", type=float, default=1e-10, help="rtol = atol of the event-driven and smooth routes")
     p.add_argument("--out", default="coordinated.png", help="where to write the plot (the animation beside it, .gif)")
     p.set_defaults(run=run_coordinated)
     p = command("fit", "identify inertial parameters from trajectories: an open and a closed chain")
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--keyframe", default=None, help="start from this keyframe, a name or an index (default: qpos0)")
     p.add_argument("--alpha", type=float, default=0.0, help="Baumgarte α (0 with β = 0: none)")
     p.add_argument("--beta", type=float, default=0.0, help="Baumgarte β (0 with α = 0: none)")
-    p.add_argument("--tol", type=float, default=1e-10, help="rtol = atol of the integrator")
+    p.add_argument("--tol", type=float, default=1e-10, help="rtol = atol of the event-driven and smooth routes")
     p.add_argument("--out", default=None, help="where to write the plot (default: the model's name, .png)")
     p.add_argument("--gif", default=None, help="also write an animation here (.gif, or .mp4 with ffmpeg)")
     p.add_argument(
@@ -100,12 +100,19 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="leave out the file's joint limits and contacts (a smooth run: shorter to compile, faster on robot trees)",
     )
-    p.add_argument(
+    route = p.add_mutually_exclusive_group()
+    route.add_argument(
         "--step",
         type=_duration,
         default=None,
-        help="time-stepping at this step [s] (ukjax.TimeStepping: first order, each step's contacts exact) "
-        "instead of the event-driven integration at --tol",
+        help="time-stepping at this step [s] (ukjax.TimeStepping: first order, each step's contacts exact; "
+        "a file with joint limits or contacts steps at its own <option timestep> unless --events)",
+    )
+    route.add_argument(
+        "--events",
+        action="store_true",
+        help="the event-driven route at --tol for a file's limits and contacts (every impact and slide "
+        "located; slower where contacts are many), instead of time-stepping at the file's timestep",
     )
     p.set_defaults(run=run_simulate)
     p = commands.add_parser(
