@@ -46,7 +46,7 @@ def laws(normal, tangent, vn, vt, mu, gap, start_gap):
     return {
         "Signorini (W)": np.max(normal * np.abs(vn), initial=0),
         "with the gap (W)": np.max(normal * np.abs(vn + start_gap / H), initial=0),
-        "penetration (m)": np.max(-gap, initial=0),
+        "penetration (m)": float(np.max(-gap, initial=0)) + 0.0,
         "Coulomb (N)": np.max(np.linalg.norm(tangent, axis=-1) - mu * normal, initial=0),
         "dissipation (W)": np.max(np.abs(np.sum(tangent * vt, axis=-1) + mu * normal * slip), initial=0),
     }

@@ -32,9 +32,9 @@ from ._unilateral import (
 # how far ahead a contact is a candidate of the step's problem: twice the reach of its
 # predicted speed (a candidate that does not close stays open, at the cost of its rows)
 _REACH = 2.0
-# the projection has failed where it ends farther than this from the equality constraints
-# (m, rad): three Gauss–Newton steps bring a step's drift within 1e-9; a step too long for
-# their curvature (a loop opened by centimetres) is left farther
+# the projection has failed where its last step starts farther than this from the equality
+# constraints (m, rad): three Gauss–Newton steps bring a step's drift within 1e-9; a step
+# too long for their curvature (a loop opened by centimetres) is left farther
 _SETTLED = 1e-6
 
 
@@ -90,10 +90,11 @@ def _least_change(A: Float[Array, "p n"], r: Float[Array, " p"]) -> Float[Array,
 
 def _project(system, t, q, qd, active):
     """`q` onto the equality constraints and onto `g = 0` for the `active(contacts, q)`
-    contacts (three minimum-norm Gauss–Newton steps: the third for a contact the second
-    pushed in), then `q̇` onto `Φ̇ = 0` (and `ψ = 0`) by the rows of the last step (the
-    configuration it corrects is off by round-off of the one before); and whether the end
-    lies within `_SETTLED` of the equality constraints."""
+    contacts (four minimum-norm Gauss–Newton steps: the third for a contact the second
+    pushed in, the fourth for what the regularized steps leave), then `q̇` onto `Φ̇ = 0`
+    (and `ψ = 0`) by the rows of the last step (the configuration it corrects is off by
+    round-off of the one before); and whether the last step started within `_SETTLED` of
+    the equality constraints (it ends nearer)."""
 
     def newton(q, _):
         level = system.constraint_levels(t, q, qd)[-1]
@@ -101,12 +102,11 @@ def _project(system, t, q, qd, active):
         if level.contacts is not None:
             rows, _ = normal_rows(level.contacts, active(level.contacts), q.shape[0])
             A, r = jnp.concatenate([A, rows.A]), jnp.concatenate([r, rows.phi])
-        return q - _least_change(A, r), (level.rows.A, level.rows.phid)
+        closure = jnp.max(jnp.abs(level.rows.phi), initial=0)
+        return q - _least_change(A, r), (level.rows.A, level.rows.phid, closure)
 
-    q, (A, phid) = jax.lax.scan(newton, q, None, length=3)
-    # one more evaluation of the rows: the regularized steps may converge linearly, so
-    # their last residual does not bound the end's
-    settled = jnp.max(jnp.abs(system.constraint_levels(t, q, qd)[-1].rows.phi), initial=0) <= _SETTLED
+    q, (A, phid, closure) = jax.lax.scan(newton, q, None, length=4)
+    settled = closure[-1] <= _SETTLED
     if A.shape[1] == 0:
         return q, qd, settled
     return q, qd - _least_change(A[-1], phid[-1].astype(q.dtype)), settled
@@ -309,7 +309,7 @@ class TimeStepping(AbstractIntegrator):
     """Fixed steps of the impulse-level U-K equation with the contacts' complementarity exact
     in each step (`take_step`): `simulate(system, ..., solver=ukjax.TimeStepping(), dt0=h)`,
     the run cut into whole steps of at most `h` (as diffrax's fixed steps are). First order
-    in `h`; every step ends on the equality constraints and on the contacts it closed (three
+    in `h`; every step ends on the equality constraints and on the contacts it closed (four
     Gauss–Newton steps, to 1e-9 or less). The tolerances and `max_events` do not apply;
     `max_steps` bounds the steps.
 
