@@ -133,6 +133,29 @@ def test_a_loop_stays_closed_and_a_batch_is_its_members():
     np.testing.assert_allclose(batch.q[2], one.q, atol=1e-12)
 
 
+def test_a_batch_taken_in_chunks_is_its_members(monkeypatch):
+    """A batch large enough that a CPU takes it in chunks (256 tumbling scenes did) runs as
+    its members: this route's event records have no size, and mapping them in chunks divided
+    by zero. Three balls dropped on a floor, taken two at a time."""
+    from ukjax import _batch
+
+    system = ukjax.ConstrainedSystem(Point(jnp.asarray(1.0)), _floor())
+    monkeypatch.setattr(_batch, "_CHUNK_BYTES", 2 * 8 * 2 * 2)
+    assert _batch._chunk(3, 2, jnp.float64, "cpu") == 2
+    q0 = jnp.array([[0.0, 0.3], [0.1, 0.5], [0.2, 0.0]])
+    qd0 = jnp.array([[1.0, 0.0], [0.0, -1.0], [0.5, 0.0]])
+    options = dict(ts=jnp.linspace(0.0, 0.5, 6), solver=ukjax.TimeStepping(), dt0=1e-3)
+    batch = ukjax.simulate_batch(system, q0, qd0, 0.0, 0.5, **options)
+    assert [ukjax.Status(int(s)) for s in batch.status] == [ukjax.Status.SUCCESS] * 3
+    assert batch.contacts.event_times.shape == (3, 0)
+    for i in range(3):
+        one = ukjax.simulate(system, q0[i], qd0[i], 0.0, 0.5, **options)
+        np.testing.assert_allclose(batch.q[i], one.q, atol=1e-12)
+        np.testing.assert_allclose(batch.contacts.normal[i], one.contacts.normal, atol=1e-12)
+    # they landed and rest on the floor (y = 0 is the floor's contact)
+    np.testing.assert_allclose(batch.q[:, -1, 1], 0.0, atol=1e-9)
+
+
 def test_bad_calls_are_refused():
     system = ukjax.ConstrainedSystem(Point(jnp.asarray(1.0)), _floor())
     start = (jnp.array([0.0, 1.0]), jnp.zeros(2))

@@ -62,6 +62,11 @@ def _chunk(per_device: int, n: int, dtype, platform: str) -> int:
     return -(-per_device // -(-per_device // largest))
 
 
+def _empty(x) -> bool:
+    """Whether `x` is an array (or its shape) of no elements."""
+    return isinstance(x, (jax.Array, jax.ShapeDtypeStruct)) and 0 in x.shape
+
+
 def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh, chunk, size, cut):
     # Padded, moved and (`cut`) cut back inside the program: each eager operation on the batch
     # costs as much as some hundred steps of a small robot.
@@ -91,8 +96,17 @@ def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh, chunk, si
 
         # one at a time without `vmap` (a device's one member too): mapped over a batch of
         # one, every loop of the program carries the batched loops' selects, and compiles a
-        # third longer (`benchmarks/contacts.py`, `ball_drop.py`).
-        return jax.lax.map(member, (own, q0, qd0), batch_size=None if chunk == 1 else chunk)
+        # third longer (`benchmarks/contacts.py`, `ball_drop.py`). Outputs of no size (the
+        # time-stepping route's event records) are made outside: `lax.map` in chunks
+        # reshapes each output by its size and divides by zero on them.
+        template = jax.eval_shape(member, jax.tree.map(lambda x: x[0], (own, q0, qd0)))
+        mapped = jax.lax.map(
+            lambda inputs: eqx.filter(member(inputs), _empty, inverse=True),
+            (own, q0, qd0),
+            batch_size=None if chunk == 1 else chunk,
+        )
+        absent = jax.tree.map(lambda x: jnp.zeros(q0.shape[:1] + x.shape, x.dtype), eqx.filter(template, _empty))
+        return eqx.combine(mapped, absent)
 
     specs = jax.tree.map(
         lambda axis: PartitionSpec() if axis is None else PartitionSpec(_AXIS),

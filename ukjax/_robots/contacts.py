@@ -156,7 +156,7 @@ class PlaneContacts(AbstractUnilateral, AbstractDrawnConstraint):
         n, r = self.normals.astype(q.dtype), self.radii.astype(q.dtype)
         A = algorithms.directional_rows(kin.twists, m.moves, m.x, n[:, None])[:, 0]
         normal = ConstraintRows(
-            A, -jnp.sum(n * m.bias, axis=-1), jnp.sum(n * m.x, axis=-1) - r - self.offsets, A @ qd
+            A, -_dot(n, m.bias), _dot(n, m.x) - r - self.offsets, A @ qd
         )
         # the slip of the body's material point at the touching point x − r n (it rolls)
         T = tangent_basis(n)
@@ -367,8 +367,8 @@ class ShapeContacts(AbstractUnilateral, AbstractDrawnConstraint):
         n = mv(shape.rotation, n_body)
         relative = sphere.moves - shape.moves
         A = algorithms.directional_rows(kin.twists, relative, sphere.x, n[:, None])[:, 0]
-        b = -jnp.sum(n_body * s.b, axis=-1) - jnp.sum(n_local_rate * yd, axis=-1)
-        normal = ConstraintRows(A, b, distance - r, jnp.sum(n_local * yd, axis=-1))
+        b = -_dot(n_body, s.b) - _dot(n_local_rate, yd)
+        normal = ConstraintRows(A, b, distance - r, _dot(n_local, yd))
         # the slip: the relative velocity of the two bodies' material points at the touching
         # point c = x − r n, w = v_A(c) − v_B(c); its rate, exact also while the touching point
         # moves over both surfaces (rolling), from ṅ = ω_B × n + R_B R_s H ẏ
@@ -411,8 +411,8 @@ class ShapeContacts(AbstractUnilateral, AbstractDrawnConstraint):
 
 
 def _dot(x, y):
-    """`x · y` along the last axis."""
-    return jnp.sum(x * y, axis=-1)
+    """`x · y` along the last axis (summed by hand, as `norm` is)."""
+    return sum(x[..., i] * y[..., i] for i in range(x.shape[-1]))
 
 
 def _closest(a0, a1, b0, b1):
