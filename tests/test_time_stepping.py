@@ -2,6 +2,7 @@
 apexes by Newton's law, a slide under Coulomb friction and its derivative in μ), against the
 event-driven route on the same scene, its first order, and its loop closure on a file."""
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -99,6 +100,19 @@ def test_step_is_differentiable_in_both_modes_against_the_closed_form():
     np.testing.assert_allclose(forward, central, rtol=1e-6)
     np.testing.assert_allclose(reverse, central, rtol=1e-6)
     np.testing.assert_allclose(forward, -0.5 * G * T**2, rtol=0.02)
+
+    # the same map through simulate: reverse mode through its checkpointed loops (the
+    # projection's own nested in the steps'), forward mode through ForwardMode's
+    def simulated_x(mu, adjoint):
+        edited = eqx.tree_at(lambda s: s.constraints[0].friction, system, mu)
+        options = dict(ts=jnp.array([T]), solver=ukjax.TimeStepping(), dt0=h, adjoint=adjoint)
+        return ukjax.simulate(edited, jnp.zeros(2), jnp.array([3.0, 0.0]), 0.0, T, **options).q[-1, 0]
+
+    np.testing.assert_allclose(jax.jit(lambda mu: simulated_x(mu, diffrax.RecursiveCheckpointAdjoint()))(mu), run(mu)[0], atol=1e-14)
+    through = jax.jit(jax.grad(lambda mu: simulated_x(mu, diffrax.RecursiveCheckpointAdjoint())))(mu)
+    along = jax.jit(lambda mu: jax.jvp(lambda m: simulated_x(m, diffrax.ForwardMode()), (mu,), (jnp.ones_like(mu),))[1])(mu)
+    np.testing.assert_allclose(through, central, rtol=1e-6)
+    np.testing.assert_allclose(along, central, rtol=1e-6)
 
 
 def test_the_files_scene_follows_the_event_driven_route_at_first_order():

@@ -36,6 +36,10 @@ _REACH = 2.0
 # constraints (m, rad): three Gauss–Newton steps bring a step's drift within 1e-9; a step
 # too long for their curvature (a loop opened by centimetres) is left farther
 _SETTLED = 1e-6
+# the projection stops where a Gauss–Newton step starts this near its constraints (m, rad):
+# that step still corrects it (to round-off of the regularized solve), and the end is
+# within the route's 1e-9; at most four steps
+_CLOSED, _GAUSS_NEWTON = 1e-12, 4
 
 
 class StepResult(eqx.Module):
@@ -88,31 +92,53 @@ def _least_change(A: Float[Array, "p n"], r: Float[Array, " p"]) -> Float[Array,
     return A.T @ jax.scipy.linalg.cho_solve(factor, r)
 
 
-def _project(system, t, q, qd, active):
+def _project(system, t, q, qd, active, kind: str = "bounded"):
     """`q` onto the equality constraints and onto `g = 0` for the `active(contacts, q)`
-    contacts (four minimum-norm Gauss–Newton steps: the third for a contact the second
-    pushed in, the fourth for what the regularized steps leave), then `q̇` onto `Φ̇ = 0`
-    (and `ψ = 0`) by the rows of the last step (the configuration it corrects is off by
-    round-off of the one before); and whether the last step started within `_SETTLED` of
-    the equality constraints (it ends nearer)."""
+    contacts by minimum-norm Gauss–Newton steps (the third for a contact the second pushed
+    in, the fourth for what the regularized steps leave), until a step starts within
+    `_CLOSED` of them or four were taken; then `q̇` onto `Φ̇ = 0` (and `ψ = 0`) by the rows
+    of the last step (the configuration it corrects is off by round-off of the one before);
+    and whether the last step started within `_SETTLED` of the equality constraints (it ends
+    nearer). A step on its constraints after one correction evaluates them twice, not four
+    times (each evaluation of a robot's contacts is a fifth of its step). `kind` is the
+    loop's (`eqxi.while_loop`'s: `"lax"` for forward mode, `"checkpointed"` for reverse,
+    `"bounded"` for both)."""
 
-    def newton(q, _):
+    def rows(q):
         level = system.constraint_levels(t, q, qd)[-1]
         A, r = level.rows.A, level.rows.phi
         if level.contacts is not None:
-            rows, _ = normal_rows(level.contacts, active(level.contacts), q.shape[0])
-            A, r = jnp.concatenate([A, rows.A]), jnp.concatenate([r, rows.phi])
-        closure = jnp.max(jnp.abs(level.rows.phi), initial=0)
-        return q - _least_change(A, r), (level.rows.A, level.rows.phid, closure)
+            contacts, _ = normal_rows(level.contacts, active(level.contacts), q.shape[0])
+            A, r = jnp.concatenate([A, contacts.A]), jnp.concatenate([r, contacts.phi])
+        return A, r, level.rows
 
-    q, (A, phid, closure) = jax.lax.scan(newton, q, None, length=4)
-    settled = closure[-1] <= _SETTLED
-    if A.shape[1] == 0:
+    A0, _, equalities = jax.eval_shape(rows, q)
+    zeros = lambda x: jnp.zeros(x.shape, x.dtype)  # noqa: E731
+    last = (zeros(equalities.A), jnp.zeros(equalities.phid.shape, q.dtype), jnp.zeros((), q.dtype))
+    start = (jnp.zeros((), jnp.int32), q, *last, jnp.array(True))
+
+    def cond(x):
+        i, _, _, _, _, far = x
+        return (i < _GAUSS_NEWTON) & far
+
+    def body(x):
+        i, q, _, _, _, _ = x
+        A, r, level = rows(q)
+        closure = jnp.max(jnp.abs(level.phi), initial=0).astype(q.dtype)
+        far = jnp.max(jnp.abs(r), initial=0) > _CLOSED
+        return i + 1, q - _least_change(A, r), level.A, level.phid.astype(q.dtype), closure, far
+
+    if A0.shape[0] == 0:
+        # no equality rows and no contacts: nothing to project onto
+        return q, qd, jnp.array(True)
+    _, q, A, phid, closure, _ = eqxi.while_loop(cond, body, start, max_steps=_GAUSS_NEWTON, kind=kind)
+    settled = closure <= _SETTLED
+    if A.shape[0] == 0:
         return q, qd, settled
-    return q, qd - _least_change(A[-1], phid[-1].astype(q.dtype)), settled
+    return q, qd - _least_change(A, phid), settled
 
 
-def take_step(system, t, q, qd, h, rest_speed, forces: AbstractForces) -> StepResult:
+def take_step(system, t, q, qd, h, rest_speed, forces: AbstractForces, kind: str = "bounded") -> StepResult:
     """One step of length `h` from `(t, q, q̇)` (no checks; `step` is the public one).
 
     The contacts within reach of the step are the candidates of one velocity-level
@@ -132,7 +158,7 @@ def take_step(system, t, q, qd, h, rest_speed, forces: AbstractForces) -> StepRe
         sol = solve_levels(d)[0]
         qd1 = qd + h * sol.acceleration.astype(qd.dtype)
         if d.levels:
-            q1, qd1, projected = _project(system, t + h, q + h * qd1, qd1, lambda c: jnp.zeros(0, bool))
+            q1, qd1, projected = _project(system, t + h, q + h * qd1, qd1, lambda c: jnp.zeros(0, bool), kind)
         else:
             q1, projected = q + h * qd1, jnp.array(True)
         zeros = jnp.zeros(0, q.dtype)
@@ -177,7 +203,7 @@ def take_step(system, t, q, qd, h, rest_speed, forces: AbstractForces) -> StepRe
     )
     qd1 = qd + jump.x.astype(qd.dtype)
     closed = (modes.mode != OPEN) & (target <= 0)  # resting or landing: on the surface at the end
-    q1, qd1, projected = _project(system, t + h, q + h * qd1, qd1, lambda c: closed | (c.normal.phi < 0))
+    q1, qd1, projected = _project(system, t + h, q + h * qd1, qd1, lambda c: closed | (c.normal.phi < 0), kind)
     valid = valid_coefficients(c.friction, c.restitution)
     ok = converged & valid & jnp.isfinite(jump.inconsistency)
     return StepResult(q1, qd1, jump.normal, jump.tangent.reshape(k, 2), modes.mode, g, ok, projected)
@@ -224,6 +250,7 @@ def _contacts_of(system, t, q, qd) -> int:
 @jit(events=True)
 def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed, forces: AbstractForces) -> Solution:
     ts, adjoint = options.ts, options.adjoint
+    kind = loop_kind(adjoint)
     clock = start_clock(t0, t1, options, whole_steps=True)
     # t0 = t1: no step (the start is the run)
     steps = jnp.where(clock.span == 0, 0, jnp.round(1 / clock.dt0)).astype(jnp.int32)
@@ -234,9 +261,9 @@ def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed, forces: Abstr
     if c:
         contacts = system.constraint_levels(t0, q0, qd0)[-1].contacts
         start_gap, valid = contacts.normal.phi, valid_coefficients(contacts.friction, contacts.restitution)
-        q0, qd0, _ = _project(system, t0, q0, qd0, lambda contacts: contacts.normal.phi < 0)
+        q0, qd0, _ = _project(system, t0, q0, qd0, lambda contacts: contacts.normal.phi < 0, kind)
     elif eqx.filter_eval_shape(system.constraint_levels, t0, q0, qd0):
-        q0, qd0, _ = _project(system, t0, q0, qd0, lambda contacts: jnp.zeros(0, bool))
+        q0, qd0, _ = _project(system, t0, q0, qd0, lambda contacts: jnp.zeros(0, bool), kind)
     at_start = (clock.saves <= 0)[:, None]
     records = (
         jnp.where(at_start, q0, jnp.inf),
@@ -253,7 +280,7 @@ def _run(system, q0, qd0, t0, t1, options: RunOptions, rest_speed, forces: Abstr
     def body(x: _Loop):
         s0 = x.k * clock.dt0
         s1 = jnp.where(x.k + 1 == steps, 1.0, (x.k + 1) * clock.dt0)
-        result = take_step(system, clock.time(s0), x.q, x.qd, h, rest_speed, forces)
+        result = take_step(system, clock.time(s0), x.q, x.qd, h, rest_speed, forces, kind)
         finite = jnp.all(jnp.isfinite(result.q)) & jnp.all(jnp.isfinite(result.qd))
         ok = result.converged & finite & result.projected
         records = _save(x.records, clock.saves, s0, s1, x.q, x.qd, result, h)
