@@ -336,8 +336,8 @@ class TimeStepping(AbstractIntegrator):
     """Fixed steps of the impulse-level U-K equation with the contacts' complementarity exact
     in each step (`take_step`): `simulate(system, ..., solver=ukjax.TimeStepping(), dt0=h)`,
     the run cut into whole steps of at most `h` (as diffrax's fixed steps are). First order
-    in `h`; every step ends on the equality constraints and on the contacts it closed (four
-    Gauss–Newton steps, to 1e-9 or less). The tolerances and `max_events` do not apply;
+    in `h`; every step ends on the equality constraints and on the contacts it closed (up to
+    four Gauss–Newton steps, to 1e-9 or less). The tolerances and `max_events` do not apply;
     `max_steps` bounds the steps.
 
     **Arguments:**
