@@ -1,10 +1,13 @@
 """Small batches of arms under their servos: ukjax's `simulate_batch` against MuJoCo's C step
 (`rollout`), both RK4 at 1 ms, per member.
 
-Two arms: Menagerie's UR5e (`tests/data/ur5e.xml`: six joints under position servos, from
-its `home` keyframe perturbed) and the two-link `tests/data/servo_arm.xml`, both without
-limits and contacts (`full_system(unilateral=False)`; MuJoCo's constraints disabled), 1 s,
-for batches of 1, 16 and 256 members. ukjax runs over every core (one JAX device each),
+Three arms: Menagerie's UR5e (`tests/data/ur5e.xml`: six joints under position servos),
+Menagerie's Panda (`tests/data/panda.xml`: seven joints under affine servos, two fingers on
+their upper limits coupled by a joint equality and driven through a tendon) and the two-link
+`tests/data/servo_arm.xml`, from their keyframes with the arm's joints perturbed (the fingers
+left on their equality), without limits and contacts (`full_system(unilateral=False)`;
+MuJoCo's limits and contacts disabled, its soft equality kept), 1 s, for batches of 1, 16 and
+256 members. ukjax runs over every core (one JAX device each),
 MuJoCo's `rollout` on as many threads (one member runs on one). Each ratio is the median of
 `--runs` timed calls of each, alternated, with their range; the largest difference of the
 two simulators' final joint angles says that they ran the same motion.
@@ -32,9 +35,11 @@ import ukjax  # noqa: E402
 from ukjax import models  # noqa: E402
 
 DATA = Path(__file__).parents[1] / "tests" / "data"
+# the file, its keyframe and how many of its first coordinates are perturbed (the arm's)
 ARMS = (
-    ("UR5e (Menagerie)", DATA / "ur5e.xml", "home"),
-    ("two-link servo arm", DATA / "servo_arm.xml", "held"),
+    ("UR5e (Menagerie)", DATA / "ur5e.xml", "home", 6),
+    ("Panda (Menagerie)", DATA / "panda.xml", "home", 7),
+    ("two-link servo arm", DATA / "servo_arm.xml", "held", 2),
 )
 DT, STEPS = 1e-3, 1000
 
@@ -45,12 +50,13 @@ def waited(run):
     return time.perf_counter() - start, result
 
 
-def arm(path: Path, key: str, batch: int, runs: int, rng) -> tuple[list[float], float]:
+def arm(path: Path, key: str, joints: int, batch: int, runs: int, rng) -> tuple[list[float], float]:
     """The ratios of MuJoCo's time over ukjax's, one per run, and the largest difference of
     the final joint angles."""
     model = models.from_mjcf(path, keyframe=key)
     system = model.full_system(unilateral=False)
-    q0 = np.asarray(model.q0) + 0.1 * rng.standard_normal((batch, model.q0.shape[0]))
+    q0 = np.tile(np.asarray(model.q0), (batch, 1))
+    q0[:, :joints] += 0.1 * rng.standard_normal((batch, joints))
 
     def ours():
         return ukjax.simulate_batch(
@@ -68,7 +74,7 @@ def arm(path: Path, key: str, batch: int, runs: int, rng) -> tuple[list[float], 
 
     mjm = mujoco.MjModel.from_xml_path(str(path))
     mjm.opt.integrator, mjm.opt.timestep = mujoco.mjtIntegrator.mjINT_RK4, DT
-    mjm.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONSTRAINT
+    mjm.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_LIMIT | mujoco.mjtDisableBit.mjDSBL_CONTACT
     data = mujoco.MjData(mjm)
     mujoco.mj_resetDataKeyframe(mjm, data, mujoco.mj_name2id(mjm, mujoco.mjtObj.mjOBJ_KEY, key))
     spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
@@ -101,9 +107,9 @@ def main():
     rng = np.random.default_rng(0)
     print(f"{CORES} cores; RK4 at {DT:g} s, {STEPS} steps; MuJoCo {mujoco.__version__}; float64")
     print(f"{'arm':22s} {'members':>7s} {'ukjax / MuJoCo, per member':>30s} {'|Δq| at 1 s':>12s}")
-    for name, path, key in ARMS:
+    for name, path, key, joints in ARMS:
         for batch in args.batches:
-            ratios, difference = arm(path, key, batch, args.runs, rng)
+            ratios, difference = arm(path, key, joints, batch, args.runs, rng)
             spread = f"{np.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
             print(f"{name:22s} {batch:7d} {spread:>30s} {difference:12.1e}", flush=True)
 

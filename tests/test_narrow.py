@@ -57,6 +57,32 @@ def test_far_contacts_leave_the_run_as_it_was():
     assert float(alone.q[-1, 0]) > 0.8  # it slid
 
 
+class HeavyAcross(Ball):
+    """The ball four times as heavy across (y) as along x: the impulse that stops a slip is
+    not along it, so sliding against the slip and sliding against that impulse differ."""
+
+    def mass_matrix(self, t, q):
+        return jnp.diag(jnp.array([0.5, 2.0, 0.5], q.dtype))
+
+
+def test_far_contacts_leave_a_time_stepping_run_as_it_was():
+    """The heavy-across ball thrown onto the floor by time-stepping at 2 ms, beside the 120
+    far walls: each step's problem, its contacts' sliding (decided on the candidates' rows
+    alone where they do not all fit) and its projection narrowed, the same trajectory and
+    forces to round-off as the ball and the floor alone; it lands and slides."""
+    q0, qd0 = jnp.array([0.0, 0.0, 0.1]), jnp.array([1.0, 1.5, 0.0])
+    ts = jnp.linspace(0, 1.5, 31)
+    route = dict(solver=ukjax.TimeStepping(), dt0=0.002, ts=ts)
+    alone = ukjax.simulate(ukjax.ConstrainedSystem(HeavyAcross(), [_floor()]), q0, qd0, 0.0, 1.5, **route)
+    beside = ukjax.simulate(ukjax.ConstrainedSystem(HeavyAcross(), [_floor(), FAR]), q0, qd0, 0.0, 1.5, **route)
+    assert int(alone.status) == int(beside.status) == int(ukjax.Status.SUCCESS)
+    np.testing.assert_allclose(np.asarray(beside.q), np.asarray(alone.q), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(beside.contacts.normal[:, 0]), np.asarray(alone.contacts.normal[:, 0]), atol=1e-9)
+    np.testing.assert_array_equal(np.asarray(beside.contacts.mode[:, 0]), np.asarray(alone.contacts.mode[:, 0]))
+    assert np.all(np.asarray(beside.contacts.mode[:, 1:]) == 0)  # the walls stay open
+    assert 1 in set(np.asarray(alone.contacts.mode[:, 0]).tolist())  # it slid
+
+
 def test_more_touching_contacts_than_the_solve_holds_are_reported():
     """70 coincident floor contacts (redundant, each carrying a seventieth of the weight where
     all are solved) on 3 coordinates, where the narrowed solve holds 32: the landing cannot be

@@ -106,6 +106,20 @@ def normal_rows(contacts: ContactRows, active: Bool[Array, " k"], n: int) -> tup
     return ConstraintRows(r.A, r.b, jnp.where(valid, r.phi, 0), jnp.where(valid, r.phid, 0)), narrowed.overflow
 
 
+def on_candidates(f, contacts: ContactRows, candidates: Bool[Array, " k"], n: int, fill) -> Array:
+    """`f(contacts) -> (k,)` on the `candidates`' rows alone where they do not all fit in
+    `capacity` (where they do, on all), `fill` for the others: what only a candidate's
+    value decides (a self-collision pair's rows, far and zero, cost a dense pass over
+    thousands of rows for nothing)."""
+    k = contacts.size
+    size = capacity(k, n)
+    if size == k:
+        return f(contacts)
+    narrowed = _narrow(contacts, candidates, size)
+    part = f(narrowed.contacts)
+    return jnp.full(k, fill, part.dtype).at[narrowed.index].set(part, mode="drop")
+
+
 def solve_in(
     M: Float[Array, "n n"],
     Q: Float[Array, " n"],

@@ -15,13 +15,14 @@ from ._dynamics import Dynamics, solve_levels
 from ._implicit import AbstractForces, ImplicitForces
 from ._integrator import AbstractIntegrator, RunOptions, start_clock
 from ._jit import jit
-from ._narrow import normal_rows, select_in
+from ._narrow import normal_rows, on_candidates, select_in
 from ._solution import ContactRecord, Solution, Status, at_saves
 from ._stepping import loop_kind
 from ._systems import check_state
 from ._unilateral import (
     OPEN,
     TOUCH,
+    ContactRows,
     check_coefficients,
     inverse_masses,
     norm,
@@ -174,7 +175,8 @@ def take_step(system, t, q, qd, h, rest_speed, forces: AbstractForces, kind: str
     # the normal speed at the step's end under the smooth forces alone: which contacts the
     # step can close, and the approach Newton's law reverses
     L = la.cholesky(d.M, False)
-    free = rate + h * (c.normal.A @ la.cho_solve(L, Q[:, None], False)[:, 0])
+    smooth = la.cho_solve(L, Q[:, None], False)[:, 0]
+    free = rate + h * (c.normal.A @ smooth)
     closing = g + h * free <= 0
     e = jnp.where(closing & (-free * c.restitution > rest_speed), c.restitution, 0)
     target = jnp.where(closing, jnp.maximum(-g / h, -e * free), -g / h)
@@ -191,16 +193,22 @@ def take_step(system, t, q, qd, h, rest_speed, forces: AbstractForces, kind: str
     # slip, as the event-driven route's sliding contacts do: friction opposes the motion, to
     # first order in the step. One slower may stick, where the impulse that stops it lies in
     # the cone (exactly: no slack); else it slides against that impulse.
+    # Only a candidate's is read: a robot's far self-collision pairs (zero rows) are left out
+    # of the mobilities' triangular solves, 0.6 of a Go1's whole-file step's extra 3.7 ms.
+    def moving_of(c: ContactRows) -> Bool[Array, " c"]:
+        free = c.normal.phid + h * (c.normal.A @ smooth)
+        normal_mobility = inverse_masses(L, c.normal.A)
+        tangent_mobility = jnp.max(inverse_masses(L, c.tangent.A).reshape(c.size, 2), axis=1)
+        stoppable = (
+            c.friction
+            * jnp.maximum(-free, 0)
+            * tangent_mobility
+            / jnp.where(normal_mobility > 0, normal_mobility, 1)
+        )
+        return norm(c.tangent.phid.reshape(c.size, 2)) > jnp.maximum(2 * stoppable, rest_speed)
+
     slip = c.tangent.phid.reshape(k, 2)
-    normal_mobility = inverse_masses(L, c.normal.A)
-    tangent_mobility = jnp.max(inverse_masses(L, c.tangent.A).reshape(k, 2), axis=1)
-    stoppable = (
-        c.friction
-        * jnp.maximum(-free, 0)
-        * tangent_mobility
-        / jnp.where(normal_mobility > 0, normal_mobility, 1)
-    )
-    moving = norm(slip) > jnp.maximum(2 * stoppable, rest_speed)
+    moving = on_candidates(moving_of, c, candidates, q.shape[0], False)
     modes, jump, converged = select_in(
         d.M, h * Q, equalities, contacts, candidates, jnp.where(moving[:, None], slip, 0), kernel=level.kernel
     )
