@@ -115,6 +115,48 @@ def test_step_is_differentiable_in_both_modes_against_the_closed_form():
     np.testing.assert_allclose(along, central, rtol=1e-6)
 
 
+class Skater(ukjax.AbstractUnconstrainedSystem):
+    """A point mass on a floor, `q = (x, y, z)`, pushed sideways (along y) by `push` N."""
+
+    push: jax.Array
+
+    def mass_matrix(self, t, q):
+        return 0.5 * jnp.eye(3)
+
+    def forces(self, t, q, qd):
+        return jnp.stack([jnp.zeros_like(self.push), self.push, jnp.full_like(self.push, -0.5 * G)])
+
+
+def test_a_slides_turning_direction_is_differentiated():
+    """The skater sliding at (1, 0.5) m/s with μ = 0.4 and pushed sideways: its slip turns,
+    and friction with it, so `∂x(T)/∂(push)` is not zero (it was: each step's sliding
+    direction, its slip's, carried no derivative); `ukjax.step` in a `lax.scan` of 100 steps
+    of 2 ms by `jax.jvp` and `jax.grad`, against central differences of the same map."""
+    floor = ukjax.Unilateral(lambda t, q: q[2:3], friction=0.4, slip=lambda t, q, qd: qd[None, :2])
+
+    def final_x(push):
+        system = ukjax.ConstrainedSystem(Skater(push), [floor])
+
+        def one(state, _):
+            out = ukjax.step(system, 0.0, *state, 2e-3)
+            return (out.q, out.qd), out.mode[0]
+
+        (q, _), modes = jax.lax.scan(one, (jnp.zeros(3), jnp.array([1.0, 0.5, 0.0])), None, length=100)
+        return q[0], modes
+
+    push = jnp.asarray(1.0)
+    run = jax.jit(final_x)
+    assert np.all(np.asarray(run(push)[1]) == 1)  # sliding at every step
+    value = lambda push: final_x(push)[0]  # noqa: E731
+    forward = jax.jit(lambda p: jax.jvp(value, (p,), (jnp.ones_like(p),))[1])(push)
+    reverse = jax.jit(jax.grad(value))(push)
+    eps = 1e-6
+    central = (run(push + eps)[0] - run(push - eps)[0]) / (2 * eps)
+    assert float(central) > 1e-3
+    np.testing.assert_allclose(forward, central, rtol=1e-6)
+    np.testing.assert_allclose(reverse, central, rtol=1e-6)
+
+
 def test_the_files_scene_follows_the_event_driven_route_at_first_order():
     """`examples/contacts.xml` (a pendulum onto its limit; a sphere, a box and a rod on a
     floor), 0.4 s: the time-stepping states approach the event-driven route's (rtol = atol =

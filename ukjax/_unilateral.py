@@ -410,7 +410,7 @@ def select_modes(
     """
     k = contacts.size
     held = jnp.zeros(k, bool) if held is None else held
-    slipping, slack = jax.lax.stop_gradient((slipping, jnp.broadcast_to(slack, (k,)).astype(Q.dtype)))
+    slack = jax.lax.stop_gradient(jnp.broadcast_to(slack, (k,)).astype(Q.dtype))
     search = _searched if differentiable else _search
     return search(M, Q, equalities, contacts, candidates, slipping, slack, held, kernel=kernel)
 
@@ -423,6 +423,7 @@ def _search(M, Q, equalities, contacts, candidates, slipping, slack, held, *, ke
     # The search is discrete: nothing the loop reads may carry derivatives (reverse mode
     # cannot pass a while loop); they come from `_searched`'s rule, on the final modes.
     fixed = jax.lax.stop_gradient((M, Q, equalities, contacts))
+    slipping = jax.lax.stop_gradient(slipping)
     friction = fixed[3].friction
     moving = norm(slipping) > TOUCH
     can_stick = (friction > 0) & ~moving
@@ -523,12 +524,20 @@ def _searched_jvp(primals, tangents, *, kernel):
     # a symbolic zero (None) where a problem's array carries no derivative
     fill = lambda x, t: None if x is None else (jnp.zeros_like(x) if t is None else t)  # noqa: E731
     t_diff = jax.tree.map(fill, diff, tangents[:4], is_leaf=lambda x: x is None)
+    slipping = primals[5]
+    t_slipping = jnp.zeros_like(slipping) if tangents[5] is None else tangents[5]
+    # A contact that slips slides against its slip whatever the search does (it cannot
+    # stick; re-closed, it takes that direction again), so its direction turns with the
+    # slip: without this, a time-stepping run's slides kept the direction of their first
+    # step (d x(T) / d (a sideways push) on a sliding ball 0 where it is 2.5e-3).
+    against = (modes.mode == SLIDING) & (norm(slipping) > TOUCH)
 
-    def solve(diff):
+    def solve(diff, slipping):
         M, Q, equalities, contacts = eqx.combine(diff, static)
-        return solve_modes(M, Q, equalities, contacts, modes, kernel=kernel)
+        direction = jnp.where(against[:, None], unit(slipping), modes.direction)
+        return solve_modes(M, Q, equalities, contacts, modes._replace(direction=direction), kernel=kernel)
 
-    sol, t_sol = jax.jvp(solve, (diff,), (t_diff,))
+    sol, t_sol = jax.jvp(solve, (diff, slipping), (t_diff, t_slipping))
     return (modes, sol, converged), (jax.tree.map(lambda _: None, modes), t_sol, None)
 
 
