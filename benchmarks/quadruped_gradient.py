@@ -15,7 +15,6 @@ differences agree where no contact changes mode within the width.
 import argparse
 import time
 import warnings
-from pathlib import Path
 
 import diffrax
 import equinox as eqx
@@ -25,8 +24,7 @@ import jax.numpy as jnp
 jax.config.update("jax_enable_x64", True)
 
 import ukjax  # noqa: E402
-
-FILE = Path(__file__).parents[1] / "tests" / "data" / "go1.xml"
+from benchmarks.self_collisions import systems  # noqa: E402
 
 
 def timed(f, *args):
@@ -44,11 +42,7 @@ def main():
     parser.add_argument("--t1", type=float, default=1.0)
     parser.add_argument("--drop", type=float, default=0.05)
     args = parser.parse_args()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # what ukjax leaves out of the file: said in the tests
-        model = ukjax.models.from_mjcf(FILE, keyframe="home")
-    ctrl = jnp.asarray(model.ctrl)
-    system = ukjax.ConstrainedSystem(model.controlled(lambda t, q, qd: ctrl), model.constraints + model.unilateral[:2])
+    model, system, _ = systems()  # the Go1 with its limits and floor, as self_collisions.py has it
     q0 = model.q0.at[2].add(args.drop)
     trunk = system.system.system.masses[0]
 
