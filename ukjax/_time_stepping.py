@@ -100,9 +100,8 @@ def _project(system, t, q, qd, active, kind: str = "bounded"):
     (and `ψ = 0`) by the rows of the last evaluation; and whether that evaluation was within
     `_SETTLED` of the equality constraints. A step on its constraints after one correction
     evaluates them twice, not four times (each evaluation of a robot's contacts is a fifth
-    of its step). `kind` is the
-    loop's (`eqxi.while_loop`'s: `"lax"` for forward mode, `"checkpointed"` for reverse,
-    `"bounded"` for both)."""
+    of its step). `kind` is the loop's (`eqxi.while_loop`'s: `"lax"` for forward mode,
+    `"checkpointed"` for reverse, `"bounded"` for both)."""
 
     def rows(q):
         level = system.constraint_levels(t, q, qd)[-1]
@@ -194,7 +193,8 @@ def take_step(system, t, q, qd, h, rest_speed, forces: AbstractForces, kind: str
     # first order in the step. One slower may stick, where the impulse that stops it lies in
     # the cone (exactly: no slack); else it slides against that impulse.
     # Only a candidate's is read: a robot's far self-collision pairs (zero rows) are left out
-    # of the mobilities' triangular solves, 0.6 of a Go1's whole-file step's extra 3.7 ms.
+    # of the mobilities' triangular solves (a Go1's whole-file step 6.3 -> 3.4 ms, its floor's
+    # alone 2.6).
     def moving_of(c: ContactRows) -> Bool[Array, " c"]:
         free = c.normal.phid + h * (c.normal.A @ smooth)
         normal_mobility = inverse_masses(L, c.normal.A)
