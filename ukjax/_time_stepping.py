@@ -127,7 +127,7 @@ def _project(system, t, q, qd, active, kind: str = "bounded"):
         far = jnp.max(jnp.abs(r), initial=0) > _CLOSED
         # a configuration within `_CLOSED` stays: the regularized step on a residual of
         # round-off can move it by micrometres along dependent rows (a Go1's four feet and
-        # its limits: 2.7e-6 m into the floor once in 64 runs of 5 s)
+        # its limits, `benchmarks/quadruped.py`)
         q = jnp.where(far, q - _least_change(A, r), q)
         return i + 1, q, level.A, level.phid.astype(q.dtype), closure, far
 
@@ -193,8 +193,8 @@ def take_step(system, t, q, qd, h, rest_speed, forces: AbstractForces, kind: str
     # first order in the step. One slower may stick, where the impulse that stops it lies in
     # the cone (exactly: no slack); else it slides against that impulse.
     # Only a candidate's is read: a robot's far self-collision pairs (zero rows) are left out
-    # of the mobilities' triangular solves (a Go1's whole-file step 6.3 -> 3.4 ms, its floor's
-    # alone 2.6).
+    # of the mobilities' triangular solves, thousands of rows that decide nothing
+    # (`benchmarks/self_collisions.py --stepping`).
     def moving_of(c: ContactRows) -> Bool[Array, " c"]:
         free = c.normal.phid + h * (c.normal.A @ smooth)
         normal_mobility = inverse_masses(L, c.normal.A)

@@ -529,7 +529,7 @@ def _searched_jvp(primals, tangents, *, kernel):
     # A contact that slips slides against its slip whatever the search does (it cannot
     # stick; re-closed, it takes that direction again), so its direction turns with the
     # slip: without this, a time-stepping run's slides kept the direction of their first
-    # step (d x(T) / d (a sideways push) on a sliding ball 0 where it is 2.5e-3).
+    # step (`tests/test_time_stepping.py`'s pushed skater).
     against = (modes.mode == SLIDING) & (norm(slipping) > TOUCH)
 
     def solve(diff, slipping):
