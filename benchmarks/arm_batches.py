@@ -9,7 +9,8 @@ left on their equality), without limits and contacts (`full_system(unilateral=Fa
 MuJoCo's limits and contacts disabled, its soft equality kept), 1 s, for batches of 1, 16 and
 256 members. ukjax runs over every core (one JAX device each),
 MuJoCo's `rollout` on as many threads (one member runs on one). Each ratio is the median of
-`--runs` timed calls of each, alternated, with their range; the largest difference of the
+`--runs` timed samples of each, alternated (a sample: as many calls one after another as make
+16 members, one call from 16 members on), with their range; the largest difference of the
 two simulators' final joint angles says that they ran the same motion.
 
     python benchmarks/arm_batches.py [--batches 1 16 256] [--runs 5]
@@ -44,10 +45,12 @@ ARMS = (
 DT, STEPS = 1e-3, 1000
 
 
-def waited(run):
+def waited(run, calls: int) -> float:
+    """The time of `calls` calls of `run` one after another, each waited for."""
     start = time.perf_counter()
-    result = jax.block_until_ready(run())
-    return time.perf_counter() - start, result
+    for _ in range(calls):
+        jax.block_until_ready(run())
+    return time.perf_counter() - start
 
 
 def arm(path: Path, key: str, joints: int, batch: int, runs: int, rng) -> tuple[list[float], float]:
@@ -92,9 +95,12 @@ def arm(path: Path, key: str, joints: int, batch: int, runs: int, rng) -> tuple[
     assert np.all(np.asarray(solution.status) == ukjax.Status.SUCCESS)
     difference = float(np.max(np.abs(np.asarray(solution.q[:, -1]) - states[:, -1, 1 : 1 + mjm.nq])))
     ratios = []
+    # a member's second takes some 10 ms, in which the machine's other work moves a single
+    # call's time by a third: each sample times calls of at least 16 members' worth
+    calls = max(1, 16 // batch)
     for _ in range(runs):
-        mine, _ = waited(ours)
-        other, _ = waited(theirs)
+        mine = waited(ours, calls)
+        other = waited(theirs, calls)
         ratios.append(other / mine)
     return ratios, difference
 

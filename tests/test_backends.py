@@ -110,3 +110,44 @@ def test_a_route_that_cannot_run_is_an_error(arm):
         ukjax.simulate(tree, q0, jnp.zeros(2), 0.0, 0.1, backend="kernel")
     with pytest.raises(TypeError, match="backend must be a ukjax backend"):
         ukjax.simulate_batch(tree, q0[None], jnp.zeros((1, 2)), 0.0, 0.1, backend="xla")
+
+
+def test_a_system_edited_or_made_anew_runs_as_it_is_now(arm):
+    """`simulate` and `simulate_batch` remember the last systems they bound, by identity (the
+    binding walks the whole system, a seventh of a small robot's fixed-step run): a system
+    edited through `eqx.tree_at` runs as edited, the one run before it as before, and a new
+    system made where a dropped one lived (Python may reuse the address) as itself. Damping
+    changes the motion only where it is applied, so a stale binding would show."""
+    import gc
+
+    import equinox as eqx
+
+    tree, q0 = arm
+    qd0 = jnp.zeros(2)
+    options = dict(ts=jnp.linspace(0.0, 0.3, 4), solver=ukjax.RK4(), adaptive=False, dt0=1e-3)
+
+    def runs(system):
+        one = ukjax.simulate(system, q0, qd0, 0.0, 0.3, **options).q
+        batch = ukjax.simulate_batch(system, q0[None], qd0[None], 0.0, 0.3, **options).q[0]
+        return np.asarray(one), np.asarray(batch)
+
+    damped = lambda d: eqx.tree_at(lambda s: s.damping, tree, jnp.full(2, d))  # noqa: E731
+    first = runs(tree)
+    edited = runs(damped(3.0))
+    again = runs(tree)
+    for one, batch in (first, edited, again):
+        np.testing.assert_allclose(batch, one, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(again[0], first[0])
+    assert np.max(np.abs(edited[0][-1] - first[0][-1])) > 1e-3
+    # made, run and dropped one after another: each a new system, perhaps at the address of
+    # the one dropped before it
+    finals = []
+    for d in (0.0, 3.0, 0.0, 3.0):
+        system = damped(d)
+        finals.append(runs(system)[1][-1])
+        del system
+        gc.collect()
+    np.testing.assert_allclose(finals[1], edited[1][-1], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(finals[2], finals[0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(finals[3], finals[1], rtol=0, atol=1e-12)
+    assert np.max(np.abs(finals[1] - finals[0])) > 1e-3

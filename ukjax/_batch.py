@@ -1,5 +1,6 @@
 """Batches of simulations over every device: `vmap` inside a device, `shard_map` across them."""
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,10 +11,11 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 from jaxtyping import ArrayLike, Float, Real
 
+from ._arrays import as_input
+from ._backends import _tree_kernel as kernels
+from ._backends._backend import AutoBackend, TreeKernel, bound, check_backend
 from ._events import warn_if_started_inside
 from ._jit import jit
-from ._backends import _tree_kernel as kernels
-from ._backends._backend import AutoBackend, TreeKernel, check_backend
 from ._simulate import DEFAULT_TOL, integrator_for, simulate, warn_if_started_off
 from ._solution import Solution
 from ._systems import AbstractSystem, check_state
@@ -124,6 +126,12 @@ def _run(arrays, static, axes, q0, qd0, times, numeric, options, mesh, chunk, si
     return solution if cut is None else jax.tree.map(lambda x: x[:cut], solution)
 
 
+@functools.lru_cache(maxsize=16)
+def _mesh(devices: tuple[jax.Device, ...]) -> Mesh:
+    """The batch's mesh over `devices`."""
+    return Mesh(np.array(devices), (_AXIS,))
+
+
 # the program of a batch, compiled as its route needs (`_jit.compiler_options`)
 _RUNS = {events: jit(_run, events=events) for events in (False, True)}
 
@@ -172,7 +180,7 @@ def simulate_batch(
     for name in ("throw", "progress_meter"):
         if name in simulate_kwargs:
             raise TypeError(f"simulate_batch takes no {name}: each member's outcome is in Solution.status.")
-    q0, qd0 = check_state(system, q0, qd0, batch=True)
+    q0, qd0 = check_state(system, q0, qd0, batch=True, inputs=True)
     devices = tuple(jax.devices() if devices is None else devices)
     if not devices:
         raise ValueError("devices must name at least one device.")
@@ -182,11 +190,8 @@ def simulate_batch(
     backend = simulate_kwargs.pop("backend", AutoBackend())
     check_backend(backend)
     platform = devices[0].platform
-    backend = backend.select(system, q0.dtype, platform)
-    system = backend.bind(system, q0.dtype, platform)
+    backend, system, arrays, static, found = bound(backend, system, q0.dtype, platform)
     simulate_kwargs["backend"] = backend
-
-    arrays, static = eqx.partition(system, eqx.is_array)
     axes = _leaf_axes(arrays, system_axes)
 
     def check_axis(x, axis):
@@ -198,7 +203,7 @@ def simulate_batch(
     jax.tree.map(check_axis, arrays, axes, is_leaf=_absent)
     per_device = -(-batch // len(devices))
     shared = not any(axis is not None for axis in jax.tree.leaves(axes, is_leaf=_absent))
-    integrator = integrator_for(system, simulate_kwargs.get("solver"))
+    integrator = integrator_for(system, simulate_kwargs.get("solver"), found)
     if platform == "cpu" and isinstance(backend, TreeKernel) and not integrator.lockstep:
         # With contacts and limits, one member at a time: in a batch the members step in
         # lockstep, each event pass lasting until every member's stretch has ended, and the
@@ -210,12 +215,10 @@ def simulate_batch(
     else:
         chunk = _chunk(per_device, q0.shape[1], q0.dtype, platform)
     size = -(-per_device // chunk) * chunk * len(devices)
-    times = (jnp.asarray(t0, q0.dtype), jnp.asarray(t1, q0.dtype))
-    numeric = {
-        k: jnp.asarray(v, q0.dtype) for k, v in simulate_kwargs.items() if k in _NUMERIC and v is not None
-    }
+    times = (as_input(t0, q0.dtype), as_input(t1, q0.dtype))
+    numeric = {k: as_input(v, q0.dtype) for k, v in simulate_kwargs.items() if k in _NUMERIC and v is not None}
     options = {k: v for k, v in simulate_kwargs.items() if k not in numeric}
-    mesh = Mesh(np.array(devices), (_AXIS,))
+    mesh = _mesh(devices)
     run = _RUNS[integrator.events]
     # Cut back to the batch in the program within one process; across processes outside it,
     # where each process keeps its own members (a cut program would gather them all).

@@ -1,6 +1,7 @@
 """Integration of a system's equations of motion with diffrax."""
 
 import warnings
+from collections.abc import Sequence
 
 import diffrax
 import equinox as eqx
@@ -9,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Real
 
-from ._arrays import as_inexact
-from ._backends._backend import AbstractBackend, AutoBackend, check_backend
+from ._arrays import as_input
+from ._backends._backend import AbstractBackend, AutoBackend, bound, check_backend
 from ._events import EventDriven, warn_if_started_inside
 from ._integrator import AbstractIntegrator, RunOptions
 from ._smooth import Smooth
@@ -104,11 +105,12 @@ def simulate(
     """
     if not isinstance(system, AbstractSystem):
         raise TypeError(f"system must be a ukjax system, got {type(system).__name__}.")
-    q0, qd0 = check_state(system, q0, qd0)
+    q0, qd0 = check_state(system, q0, qd0, inputs=True)
     if not (jnp.issubdtype(q0.dtype, jnp.floating) or jnp.issubdtype(q0.dtype, jnp.integer)):
         raise TypeError(f"q0 must be real numbers, got dtype {q0.dtype}.")
-    q0 = as_inexact(q0)  # lists of integers are promoted, as NumPy would
-    qd0 = qd0.astype(q0.dtype)
+    # lists of integers are promoted, as NumPy would
+    dtype = q0.dtype if jnp.issubdtype(q0.dtype, jnp.inexact) else jnp.result_type(float)
+    q0, qd0 = as_input(q0, dtype), as_input(qd0, dtype)
     if q0.dtype == jnp.float32:
         warnings.warn(
             "ukjax.simulate is running in float32; constraint drift and gradients are far less "
@@ -121,13 +123,15 @@ def simulate(
     # become traced ones); the program holds no check of its own
     if not any(isinstance(x, jax.core.Tracer) for x in (t0, t1, ts, dt0)):
         _check_times(t0, t1, ts, dt0 if adaptive else None, q0.dtype)
-    t0, t1 = jnp.asarray(t0, q0.dtype), jnp.asarray(t1, q0.dtype)
-    ts = jnp.stack([t0, t1]) if ts is None else _save_times(jnp.asarray(ts, q0.dtype), t0, t1)
+    t0, t1 = as_input(t0, q0.dtype), as_input(t1, q0.dtype)
+    ts = _save_times(None if ts is None else as_input(ts, q0.dtype), t0, t1)
     if adaptive and isinstance(solver, RK4):
         raise ValueError("ukjax.RK4 has no error estimate: use it with adaptive=False and dt0.")
+    check_backend(backend)
+    platform = jax.default_backend()
     # read from the system's structure: no trace of its rows for every call
-    found = unilaterals(system)
-    integrator = integrator_for(system, solver)
+    backend, bound_system, _, _, found = bound(backend, system, q0.dtype, platform)
+    integrator = integrator_for(system, solver, found)
     events = integrator.events
     stepping = isinstance(integrator, TimeStepping)
     if stepping and dt0 is None:
@@ -149,18 +153,15 @@ def simulate(
         solver_ = diffrax.Tsit5() if solver is None else solver
         warn_if_unstable(system, solver_, t0, q0, qd0, abs(float(t1) - float(t0)), float(dt0))
     solver = diffrax.Tsit5() if solver is None else solver
-    check_backend(backend)
-    platform = jax.default_backend()
-    backend = backend.select(system, q0.dtype, platform)
-    system = backend.bind(system, q0.dtype, platform)
+    system = bound_system
     adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint
     loop_kind(adjoint)  # one of the two, said before tracing
     options = RunOptions(
         ts,
         Projecting(solver) if project and not stepping else solver,
-        jnp.asarray(rtol, q0.dtype),
-        jnp.asarray(atol, q0.dtype),
-        None if dt0 is None else jnp.asarray(dt0, q0.dtype),
+        as_input(rtol, q0.dtype),
+        as_input(atol, q0.dtype),
+        None if dt0 is None else as_input(dt0, q0.dtype),
         adaptive,
         max_steps,
         max_events,
@@ -229,15 +230,20 @@ def _check_times(t0, t1, ts, dt0, dtype) -> None:
 _SLACK = 8
 
 
-def _save_times(ts: Array, t0: Array, t1: Array) -> Array:
+def _save_times(ts: Array | None, t0: Array, t1: Array) -> Array:
     """`ts` snapped onto `[t0, t1]` where it lies past an end by rounding alone: a grid built
-    as `linspace(0, 1) * t1` can end an ulp past `t1`, a save the run would never reach."""
+    as `linspace(0, 1) * t1` can end an ulp past `t1`, a save the run would never reach.
+    None: `t0` and `t1`. In NumPy where all are known: each eager operation costs a small
+    robot's run some steps."""
+    xp = jnp if any(isinstance(x, jax.Array) for x in (ts, t0, t1)) else np
+    if ts is None:
+        return xp.stack([t0, t1])
     if ts.ndim != 1:
         raise ValueError(f"ts must be a vector of save times, got shape {ts.shape}.")
-    lo, hi = jnp.minimum(t0, t1), jnp.maximum(t0, t1)
-    slack = _SLACK * jnp.finfo(ts.dtype).eps * jnp.maximum(jnp.abs(t0), jnp.abs(t1))
-    snapped = jnp.clip(ts, lo, hi)
-    return jnp.where(jnp.abs(ts - snapped) <= slack, snapped, ts)
+    lo, hi = xp.minimum(t0, t1), xp.maximum(t0, t1)
+    slack = _SLACK * jnp.finfo(ts.dtype).eps * xp.maximum(xp.abs(t0), xp.abs(t1))
+    snapped = xp.clip(ts, lo, hi)
+    return xp.where(xp.abs(ts - snapped) <= slack, snapped, ts)
 
 
 def warn_if_started_off(solution: Solution, q0: Array, qd0: Array, t0, rtol: float, atol: float) -> None:
@@ -270,10 +276,10 @@ def warn_if_started_off(solution: Solution, q0: Array, qd0: Array, t0, rtol: flo
     )
 
 
-def integrator_for(system, solver=None) -> AbstractIntegrator:
+def integrator_for(system, solver=None, found: Sequence | None = None) -> AbstractIntegrator:
     """The integrator a run of `system` with `solver` takes: the solver where it is one
     (`ukjax.TimeStepping`), else event-driven where the system has unilateral constraints
-    (read from its structure, no trace), else smooth."""
+    (`found`, else read from its structure, no trace), else smooth."""
     if isinstance(solver, AbstractIntegrator):
         return solver
-    return EventDriven() if unilaterals(system) else Smooth()
+    return EventDriven() if (unilaterals(system) if found is None else found) else Smooth()

@@ -94,11 +94,21 @@ def linear_modes(
     return np.linalg.eigvals(first_order)
 
 
-def step_limit(solver: diffrax.AbstractSolver, eigenvalues: Complex[np.ndarray, " m"], span: float) -> float:
+def step_limit(
+    solver: diffrax.AbstractSolver, eigenvalues: Complex[np.ndarray, " m"], span: float, up_to: float = math.inf
+) -> float:
     """The longest fixed step `h` (within 1 %) at which `solver` amplifies no mode by more than
     twice what the motion itself does over `span`: `(|R(h s)| / max(1, |exp(h s)|))^(span / h)
     ≤ 2` for every eigenvalue `s`, at `h` and every shorter step. `inf` for a solver without
     a stability function (an implicit one) or where every step up to `span` passes.
+
+    **Arguments:**
+
+    - `solver`, `eigenvalues`, `span`: the solver, the linearized motion's modes, the run's
+      length.
+    - `up_to`: the steps are tried up to the first at or past it only (the limit where it is
+      shorter, else `inf`): whether a step `h` is past the limit is `h > step_limit(...,
+      up_to=h)`, for a fraction of the work.
 
     **Returns:**
 
@@ -112,6 +122,7 @@ def step_limit(solver: diffrax.AbstractSolver, eigenvalues: Complex[np.ndarray, 
         return math.inf
     # from a step at which every mode is resolved, up to the whole run, 1 % apart
     steps = np.geomspace(min(span, 1e-3 / fastest), span, 2_000)
+    steps = steps[: int(np.searchsorted(steps, up_to)) + 1]
     z = steps[:, None] * eigenvalues[None, :]
     with np.errstate(over="ignore", invalid="ignore"):
         excess = np.log(np.abs(R(z))) - np.maximum(0.0, z.real)
@@ -141,9 +152,9 @@ def warn_if_unstable(system, solver: diffrax.AbstractSolver, t0, q0, qd0, span: 
         return  # no mass matrix to speak of: the run reports it
     if not np.all(np.isfinite(eigenvalues)):
         return
-    limit = step_limit(solver, eigenvalues, span)
-    if abs(dt0) <= limit:
+    if abs(dt0) <= step_limit(solver, eigenvalues, span, up_to=abs(dt0)):
         return
+    limit = step_limit(solver, eigenvalues, span)
     fastest = eigenvalues[np.argmax(np.abs(eigenvalues))]
     warnings.warn(
         f"A fixed step of {abs(dt0):.3g} is past this system's stability limit for "

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from ._animate import AbstractDrawn, join, sketch_of
-from ._arrays import as_inexact
+from ._arrays import as_inexact, as_input
 from ._constraints import AbstractConstraint, AbstractDrawnConstraint, Baumgarte, ConstraintRows, stack_rows
 from ._core import Method, UKSolution, check_method
 from ._backends._contact_kernel import ContactKernel
@@ -139,7 +139,9 @@ def violation_of(levels: Sequence[ConstraintLevel]) -> tuple[Float[Array, " p"],
     return levels_violation(levels) if levels else None
 
 
-def check_state(system: AbstractSystem, q: ArrayLike, qd: ArrayLike, batch: bool = False) -> tuple[Array, Array]:
+def check_state(
+    system: AbstractSystem, q: ArrayLike, qd: ArrayLike, batch: bool = False, inputs: bool = False
+) -> tuple[Array, Array]:
     """`q` and `q̇` as arrays, with a ValueError that names the expected length
     (and, for a tree with quaternions, MuJoCo's `nq` and `nv`) where they do not fit `system`.
 
@@ -148,12 +150,14 @@ def check_state(system: AbstractSystem, q: ArrayLike, qd: ArrayLike, batch: bool
     - `system`: the system the state belongs to.
     - `q`, `qd`: the state, shape (n,) (`(batch, n)` with `batch=True`).
     - `batch`: whether the state has a leading batch axis.
+    - `inputs`: whether to give them as a compiled program's arguments (`as_input`: NumPy
+      arrays where they are not on a device yet) rather than as JAX arrays.
 
     **Returns:**
 
     `(q, qd)` as arrays.
     """
-    q, qd = jnp.asarray(q), jnp.asarray(qd)
+    q, qd = (as_input(x) if inputs else jnp.asarray(x) for x in (q, qd))
     shape = "(batch, n)" if batch else "(n,)"
     if q.ndim != 1 + batch or q.shape != qd.shape or (batch and q.shape[0] == 0):
         raise ValueError(
