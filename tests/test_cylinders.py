@@ -127,7 +127,7 @@ def _ball():
 @pytest.fixture(scope="module")
 def scene():
     with pytest.warns(
-        UserWarning, match="Contacts of cylinders with capsules, boxes and cylinders are met at points"
+        UserWarning, match="A cylinder.s rims against a box.s faces or another cylinder are met at six points"
     ):
         model = ukjax.models.from_mjcf(SCENE)
     landing, off = float(_coin().t_events[0][0]), float(_ball().t_events[0][0])

@@ -6,7 +6,6 @@ length are refused with the lengths named."""
 import warnings
 from pathlib import Path
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import mujoco

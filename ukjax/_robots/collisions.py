@@ -8,6 +8,7 @@ import numpy as np
 from .contacts import JointLimits, PlaneContacts, SegmentContacts, ShapeContacts
 from .mjmodel import _KINDS, _disabled, _name, _rotation
 from .rings import RingContacts
+from .segment_shapes import SegmentShapeContacts
 from .shapes import SHAPES
 from .tree import RigidBodyTree
 
@@ -119,7 +120,7 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
     # the static geoms' world poses (those of bodies welded to the world do not depend on q)
     world = mujoco.MjData(mjm)
     mujoco.mj_kinematics(mjm, world)
-    on_planes, on_rings, on_shapes, on_segments, others, twisting = [], [], [], [], [], 0
+    on_planes, on_rings, on_shapes, on_segments, on_segment_shapes, others, twisting = [], [], [], [], [], [], 0
     sampled = {"box": [], "cylinder": []}
     direct = []
     for g1, g2, mu, dim, margin in _colliding_pairs(mjm):
@@ -162,10 +163,12 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                 pairs = ((g1, g2),)
             else:
                 pairs = ((g1, g2), (g2, g1))
-                for shape in ("cylinder", "box"):
-                    if shape in (kind(g1), kind(g2)):
-                        sampled[shape].append(f"{geom(g1)}–{geom(g2)}")
-                        break
+                # a cylinder's rims against a box's faces or another cylinder, and two boxes'
+                # crossed edges, are met at points of them (a capsule against a cylinder is
+                # exact: its axis against the cylinder, below)
+                if "capsule" not in (kind(g1), kind(g2)):
+                    shape = "cylinder" if "cylinder" in (kind(g1), kind(g2)) else "box"
+                    sampled[shape].append(f"{geom(g1)}–{geom(g2)}")
             for a, b in pairs:
                 points = spheres(a)
                 used = {"sphere": 1, "capsule": 2, "box": 3, "cylinder": 2}[kind(b)]
@@ -175,6 +178,19 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                     on_shapes.append(
                         (body(a), point, radius + margin, body(b), kind(b), mjm.geom_pos[b], _rotation(mjm.geom_quat[b]), size,
                          mu, label)
+                    )
+            # a capsule's axis, or a box's edges, against a cylinder: the least distance over
+            # the segment, exact on the side, rims and caps alike
+            cylinder = g1 if kind(g1) == "cylinder" else g2
+            other = g2 if cylinder == g1 else g1
+            if kind(cylinder) == "cylinder" and kind(other) in ("capsule", "box"):
+                radius = (mjm.geom_size[other, 0] if kind(other) == "capsule" else 0.0) + margin
+                size = np.where(np.arange(3) < 2, mjm.geom_size[cylinder], 0.0)
+                for i, segment in enumerate(segments(other)):
+                    label = f"{geom(other)}–{geom(cylinder)}" + ("[axis]" if kind(other) == "capsule" else f"[edge {i}]")
+                    on_segment_shapes.append(
+                        (body(other), segment, radius, body(cylinder), "cylinder", mjm.geom_pos[cylinder],
+                         _rotation(mjm.geom_quat[cylinder]), size, mu, label)
                     )
             if kind(g1) == "capsule" and kind(g2) in ("capsule", "box"):
                 (axis,), radius = segments(g1), mjm.geom_size[g1, 0] + margin
@@ -209,6 +225,14 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                 np.array(friction), names=labels,
             )
         )
+    if on_segment_shapes:
+        bodies, ends, radii, shape_bodies, shape_kinds, positions, rotations, sizes, friction, labels = zip(*on_segment_shapes)
+        out.append(
+            SegmentShapeContacts(
+                tree, bodies, np.array(ends), np.array(radii), shape_bodies, shape_kinds, np.array(positions),
+                np.array(rotations), np.array(sizes), np.array(friction), names=labels,
+            )
+        )
     if direct:
         notes.append(
             f"the stiffness and damping of contacts given as negative solref ({len(direct)} geom pairs: "
@@ -224,10 +248,10 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
         )
     if sampled["cylinder"]:
         warnings.warn(
-            "Contacts of cylinders with capsules, boxes and cylinders are met at points of them only: a capsule's "
-            "end spheres and a box's corners against the cylinder, six points of each rim against the other shape "
-            f"({listed(sampled['cylinder'])}): a capsule's middle or a box's edge across a cylinder's side, or a "
-            "shape between a rim's points, passes unseen. Cylinders against planes and spheres are met exactly.",
+            "A cylinder's rims against a box's faces or another cylinder are met at six points of each rim "
+            f"({listed(sampled['cylinder'])}): a rim between its points passes into a box's face (by up to 13 % of "
+            "its radius) and two cylinders' sides pass through each other. A box's corners and edges against a "
+            "cylinder are met exactly, as are cylinders against planes, spheres and capsules.",
             stacklevel=4,
         )
     if twisting:

@@ -20,6 +20,7 @@ from .._robots.mjcf import from_mjcf as from_mjcf, from_urdf as from_urdf
 from .._robots.model import Model as Model
 from .._robots.parameters import FileParameters as FileParameters
 from .._robots.rings import RingContacts as RingContacts
+from .._robots.segment_shapes import SegmentShapeContacts as SegmentShapeContacts
 from .._robots.tree import RigidBodyTree as RigidBodyTree
 from ._excitation import SineInputs as SineInputs
 from ._mechanisms import (
