@@ -137,7 +137,8 @@ def step_limit(
 def warn_if_unstable(system, solver: diffrax.AbstractSolver, t0, q0, qd0, span: float, dt0: float) -> None:
     """Warn where a fixed step `dt0` is past `step_limit` at the start `(t0, q0, q̇0)`, from
     the linearization of the applied forces on the motions the equality rows allow. Nothing
-    happens for a solver without a stability function."""
+    happens for a solver without a stability function, or inside the caller's trace (a
+    traced parameter, an outer `jit`), where the linearization is not known."""
     if stability_function(solver) is None:
         return
     try:
@@ -146,6 +147,8 @@ def warn_if_unstable(system, solver: diffrax.AbstractSolver, t0, q0, qd0, span: 
         # forces that forward mode cannot pass (a host callback, a custom_vjp): no estimate,
         # and the run goes on as it would have
         return
+    if any(isinstance(x, jax.core.Tracer) for x in (M, K, D, A)):
+        return  # inside the caller's trace (a traced parameter, an outer jit): no estimate
     try:
         eigenvalues = linear_modes(M, K, D, A)
     except np.linalg.LinAlgError:
