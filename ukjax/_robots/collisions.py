@@ -7,6 +7,7 @@ import numpy as np
 
 from .contacts import JointLimits, PlaneContacts, SegmentContacts, ShapeContacts
 from .mjmodel import _KINDS, _disabled, _name, _rotation
+from .rim_faces import RimFaceContacts
 from .rings import RingContacts
 from .segment_shapes import SegmentShapeContacts
 from .shapes import SHAPES
@@ -120,7 +121,8 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
     # the static geoms' world poses (those of bodies welded to the world do not depend on q)
     world = mujoco.MjData(mjm)
     mujoco.mj_kinematics(mjm, world)
-    on_planes, on_rings, on_shapes, on_segments, on_segment_shapes, others, twisting = [], [], [], [], [], [], 0
+    on_planes, on_rings, on_shapes, on_segments, on_segment_shapes, on_rim_faces = [], [], [], [], [], []
+    others, twisting = [], 0
     sampled = {"box": [], "cylinder": []}
     direct = []
     for g1, g2, mu, dim, margin in _colliding_pairs(mjm):
@@ -163,12 +165,10 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                 pairs = ((g1, g2),)
             else:
                 pairs = ((g1, g2), (g2, g1))
-                # a cylinder's rims against a box's faces or another cylinder, and two boxes'
-                # crossed edges, are met at points of them (a capsule against a cylinder is
-                # exact: its axis against the cylinder, below)
-                if "capsule" not in (kind(g1), kind(g2)):
-                    shape = "cylinder" if "cylinder" in (kind(g1), kind(g2)) else "box"
-                    sampled[shape].append(f"{geom(g1)}–{geom(g2)}")
+                # two cylinders, and two boxes' crossed edges, are met at points of them (a
+                # capsule or a box against a cylinder is exact: below)
+                if kind(g1) == kind(g2) and kind(g1) in sampled:
+                    sampled[kind(g1)].append(f"{geom(g1)}–{geom(g2)}")
             for a, b in pairs:
                 points = spheres(a)
                 used = {"sphere": 1, "capsule": 2, "box": 3, "cylinder": 2}[kind(b)]
@@ -192,6 +192,17 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                         (body(other), segment, radius, body(cylinder), "cylinder", mjm.geom_pos[cylinder],
                          _rotation(mjm.geom_quat[cylinder]), size, mu, label)
                     )
+                if kind(other) == "box":
+                    # each rim against each face, at the rim's point nearest the face's plane
+                    R, (rim, half) = _rotation(mjm.geom_quat[cylinder]), mjm.geom_size[cylinder, :2]
+                    for end, side in ((-1, "bottom"), (1, "top")):
+                        centre = mjm.geom_pos[cylinder] + end * half * R[:, 2]
+                        for face in range(6):
+                            on_rim_faces.append(
+                                (body(cylinder), centre, R[:, 2], rim, margin, body(other), mjm.geom_pos[other],
+                                 _rotation(mjm.geom_quat[other]), mjm.geom_size[other], face, mu,
+                                 f"{geom(cylinder)}–{geom(other)}[{side} rim, face {face}]")
+                            )
             if kind(g1) == "capsule" and kind(g2) in ("capsule", "box"):
                 (axis,), radius = segments(g1), mjm.geom_size[g1, 0] + margin
                 other_radius = mjm.geom_size[g2, 0] if kind(g2) == "capsule" else 0.0
@@ -233,6 +244,14 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
                 np.array(rotations), np.array(sizes), np.array(friction), names=labels,
             )
         )
+    if on_rim_faces:
+        bodies, centres, axes, radii, tubes, shape_bodies, positions, rotations, sizes, faces, friction, labels = zip(*on_rim_faces)
+        out.append(
+            RimFaceContacts(
+                tree, bodies, np.array(centres), np.array(axes), np.array(radii), np.array(tubes), shape_bodies,
+                np.array(positions), np.array(rotations), np.array(sizes), faces, np.array(friction), names=labels,
+            )
+        )
     if direct:
         notes.append(
             f"the stiffness and damping of contacts given as negative solref ({len(direct)} geom pairs: "
@@ -248,10 +267,9 @@ def _unilateral(mjm, tree: RigidBodyTree, notes: list[str]) -> tuple:
         )
     if sampled["cylinder"]:
         warnings.warn(
-            "A cylinder's rims against a box's faces or another cylinder are met at six points of each rim "
-            f"({listed(sampled['cylinder'])}): a rim between its points passes into a box's face (by up to 13 % of "
-            "its radius) and two cylinders' sides pass through each other. A box's corners and edges against a "
-            "cylinder are met exactly, as are cylinders against planes, spheres and capsules.",
+            "Contacts between cylinders are met at points of them only, six points of each rim against the other "
+            f"({listed(sampled['cylinder'])}): two sides across each other pass through unseen. Cylinders against "
+            "planes, spheres, capsules and boxes are met exactly.",
             stacklevel=4,
         )
     if twisting:

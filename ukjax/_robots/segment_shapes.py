@@ -11,12 +11,12 @@ from jaxtyping import Array, Float
 from .._animate import Sketch
 from .._arrays import as_inexact
 from .._constraints import AbstractDrawnConstraint, ConstraintRows
-from .._unilateral import AbstractUnilateral, norm
+from .._unilateral import AbstractUnilateral, ContactRows, norm
 from . import algorithms, broadphase, shapes
 from .contacts import _between_bodies, _check_shapes, _coefficients, _dot
 from .equalities import Connect, tree_of
 from .shapes import SHAPES
-from .spatial import mv
+from .spatial import mm, mv
 
 # Bisection halves of the segment's parameter: 2⁻⁵² of its length, round-off
 _HALVINGS = 52
@@ -162,78 +162,28 @@ class SegmentShapeContacts(AbstractUnilateral, AbstractDrawnConstraint):
         segments = sel(self.segments)
         k = segments.shape[0]
         index = bodies + bodies if pick is None else jnp.concatenate([bodies, bodies])
-        ends = algorithms.points_motion(tree, kin, motion, index, jnp.concatenate([segments[:, 0], segments[:, 1]]))
-        a0, a1 = (jax.tree.map(lambda x: x[i * k : (i + 1) * k], ends) for i in (0, 1))
+        ends = algorithms.points_motion(tree, kin, motion, index, jnp.concatenate([segments[:, 0], segments[:, 1]])).x
         shape = algorithms.points_motion(tree, kin, motion, shape_bodies, sel(self.positions))
-        R_s, r = sel(self.rotations).astype(q.dtype), sel(self.radii).astype(q.dtype)
-        R_st = jnp.swapaxes(R_s, 1, 2)
-        # both ends in the shape's frame (as ShapeContacts takes a sphere's centre), the
-        # segment's direction e there and its rate
-        c0, c1 = Connect._rows(kin.twists, shape, a0), Connect._rows(kin.twists, shape, a1)
-        y0, y0_rate = -mv(R_st, c0.phi), -mv(R_st, c0.phid)
-        e, e_rate = -mv(R_st, c1.phi) - y0, -mv(R_st, c1.phid) - y0_rate
+        R_s = sel(self.rotations).astype(q.dtype)
+        to_shape = jnp.swapaxes(mm(shape.rotation, R_s), 1, 2)  # world to the shape's frame
+        # both ends in the shape's frame, and the segment's direction e there
+        y0, y1 = mv(to_shape, ends[:k] - shape.x), mv(to_shape, ends[k:] - shape.x)
+        e = y1 - y0
         codes = jnp.asarray(np.array([SHAPES.index(x) for x in self.kinds]))
         codes = codes if pick is None else codes[pick]
         size = sel(self.sizes).astype(q.dtype)
         kinds = sorted(set(self.kinds))
         s = jax.lax.stop_gradient(nearest(kinds, codes, y0, e, size))
-        # The nearest point moves along the segment at ṡ = −(∂²d/∂s∂t)/(∂²d/∂s²) where it lies
-        # between the ends (where the slope ∂d/∂s is zero), and g̈ gains ṡ ∂²d/∂s∂t: the
-        # second derivative of a least value, not of a fixed point's distance. Where the
-        # distance is flat along the segment (lying along a face or parallel to a cylinder's
-        # axis) any point is as near and ṡ is taken as zero. For derivatives through the run,
-        # one Newton step on the slope (zero at s) gives s the nearest point's derivative,
-        # −(∂²d/∂s∂q)/(∂²d/∂s²), and leaves its value as it is.
+        # For derivatives through the run, one Newton step on the slope (zero at s) gives s the
+        # nearest point's derivative, −(∂²d/∂s∂q)/(∂²d/∂s²), and leaves its value as it is.
         normal, H_e = _normal_along(kinds, codes, y0 + s[:, None] * e, e, size)
         slope, curvature = _dot(normal, e), jax.lax.stop_gradient(_dot(H_e, e))
-        between_ends = (s > 0) & (s < 1) & (curvature * norm(e) > 1e-12 * _dot(e, e))
-        safe = jnp.where(between_ends, curvature, 1.0)
-        s = s - jnp.where(between_ends, (slope - jax.lax.stop_gradient(slope)) / safe, 0.0)
-        # the material point of the segment's body at the nearest point, its motion the ends'
-        # in proportion (one rigid body)
-        between = lambda x0, x1: x0 + s.reshape((-1,) + (1,) * (x0.ndim - 1)) * (x1 - x0)  # noqa: E731
-        y, y_rate = y0 + s[:, None] * e, y0_rate + s[:, None] * e_rate
-        distance, n_local, H_rate = jnp.zeros(k, q.dtype), jnp.zeros_like(y), jnp.zeros_like(y)
-        thickness = jnp.zeros(k, q.dtype)
-        for kind in kinds:
-            (d, n), (_, n_rate) = jax.jvp(lambda y: shapes.distance(kind, y, size), (y,), (y_rate,))
-            mine = codes == SHAPES.index(kind)
-            distance, thickness = jnp.where(mine, d, distance), jnp.where(mine, shapes.thickness(kind, size), thickness)
-            n_local, H_rate = jnp.where(mine[:, None], n, n_local), jnp.where(mine[:, None], n_rate, H_rate)
-        cross = _dot(e, H_rate) + _dot(n_local, e_rate)
-        s_rate = jnp.where(between_ends, -cross / safe, 0.0)
-        # the normal's rate H (ẏ + ṡ e) as the point slides
-        n_local_rate = H_rate + s_rate[:, None] * H_e
-        # ġ = ∇d · ẏ at the material point (∇d · e is zero between the ends, ṡ zero at them);
-        # g̈ = ∇d · ÿ + ẏᵀ H ẏ + ṡ ∂²d/∂s∂t, with ÿ = −R_sᵀ (A_s q̈ − b_s) the material point's
-        x, x_rate = between(a0.x, a1.x), between(a0.velocity, a1.velocity)
-        point_b = between(c0.b, c1.b)
-        n_body = mv(R_s, n_local)
-        n = mv(shape.rotation, n_body)
-        relative = a0.moves - shape.moves
-        A = algorithms.directional_rows(kin.twists, relative, x, n[:, None])[:, 0]
-        b = -_dot(n_body, point_b) - _dot(H_rate, y_rate) - s_rate * cross
-        normal = ConstraintRows(A, b, distance - r, _dot(n_local, y_rate))
-        # the slip at the touching point c = x − r n, as ShapeContacts has it, the point x
-        # moving along the segment at ṡ besides the body's own motion
-        n_rate = jnp.cross(shape.omega, n) + mv(shape.rotation, mv(R_s, n_local_rate))
-        c = x - r[:, None] * n
-        arm = c - shape.x
-        o_rate = shape.velocity
-        w = x_rate - r[:, None] * jnp.cross(a0.omega, n) - o_rate - jnp.cross(shape.omega, arm)
-        c_rate = x_rate + s_rate[:, None] * (a1.x - a0.x) - r[:, None] * n_rate
-        w_rate = (
-            between(a0.bias, a1.bias)
-            - r[:, None] * jnp.cross(a0.alpha, n)
-            + jnp.cross(a0.omega, c_rate - x_rate)
-            - shape.bias
-            - jnp.cross(shape.alpha, arm)
-            - jnp.cross(shape.omega, c_rate - o_rate)
-        )
-        reach = jnp.maximum(distance - r, 0) + 2 * r + thickness
-        return _between_bodies(
-            _coefficients(self, pick), normal, n, n_rate, kin.twists, relative, c, w, w_rate, qd, reach,
-            norm(y_rate) + jnp.abs(s_rate) * norm(e),
+        free = (s > 0) & (s < 1) & (curvature * norm(e) > 1e-12 * _dot(e, e))
+        s = s - jnp.where(free, (slope - jax.lax.stop_gradient(slope)) / jnp.where(free, curvature, 1.0), 0.0)
+        local = segments[:, 0] + s[:, None] * (segments[:, 1] - segments[:, 0])
+        return sliding_rows(
+            tree, kin, motion, qd, bodies, local, shape, R_s, sel(self.radii).astype(q.dtype), kinds, codes, size, e,
+            jnp.zeros_like(e), (s > 0) & (s < 1), _coefficients(self, pick),
         )
 
     def sketch(self, system, t, q):
@@ -250,3 +200,68 @@ class SegmentShapeContacts(AbstractUnilateral, AbstractDrawnConstraint):
         codes = jnp.asarray(np.array([SHAPES.index(x) for x in self.kinds]))
         s = nearest(sorted(set(self.kinds)), codes, y0, y1 - y0, self.sizes.astype(q.dtype))
         return Sketch(jnp.stack([one, two], axis=1), one + s[:, None] * (two - one))
+
+
+def sliding_rows(
+    tree, kin, motion, qd, bodies, local, shape, R_s, radii, kinds, codes, size, tangent, bend, free, coefficients
+) -> ContactRows:
+    """The rows of contacts at points of curves on bodies (a segment, a rim) where the
+    signed distance to a shape is least along the curve: the material point there (`local`, in
+    its body's frame), its sphere's `radii`, the curve's `tangent` `∂y/∂θ` and `bend`
+    `∂²y/∂θ²` there in the shape's frame (the shape's origin moving as `shape`, `R_s` its frame
+    in its body's), and where the point is `free` to slide along the curve (not at an end).
+
+    The point slides at `θ̇ = −(∂²d/∂θ∂t)/(∂²d/∂θ²)` and `g̈` gains `θ̇ ∂²d/∂θ∂t`: the second
+    derivative of a least value, not of a fixed point's distance. Where the distance is flat
+    along the curve (a segment lying along a face or parallel to a cylinder's axis, a rim flat
+    on a face) any point is as near and `θ̇` is taken as zero. The slip is at the touching
+    point `c = x − r n`, as [`ukjax.models.ShapeContacts`][] has it, `x` moving along the curve
+    at `θ̇` besides the body's own motion."""
+    point = algorithms.points_motion(tree, kin, motion, bodies, local)
+    R_st = jnp.swapaxes(R_s, 1, 2)
+    rows = Connect._rows(kin.twists, shape, point)
+    y, y_rate = -mv(R_st, rows.phi), -mv(R_st, rows.phid)
+    # the curve turns with its body relative to the shape's frame
+    spin = mv(R_st, mv(jnp.swapaxes(shape.rotation, 1, 2), point.omega - shape.omega))
+    tangent_rate = jnp.cross(spin, tangent)
+    k = y.shape[0]
+    distance, n_local, H_rate, H_e = jnp.zeros(k, y.dtype), jnp.zeros_like(y), jnp.zeros_like(y), jnp.zeros_like(y)
+    thickness = jnp.zeros(k, y.dtype)
+    for kind in kinds:
+        (d, n), (_, n_rate) = jax.jvp(lambda y: shapes.distance(kind, y, size), (y,), (y_rate,))
+        _, n_along = jax.jvp(lambda y: shapes.distance(kind, y, size)[1], (y,), (tangent,))
+        mine = codes == SHAPES.index(kind)
+        distance, thickness = jnp.where(mine, d, distance), jnp.where(mine, shapes.thickness(kind, size), thickness)
+        n_local, H_rate, H_e = (jnp.where(mine[:, None], x, old) for x, old in ((n, n_local), (n_rate, H_rate), (n_along, H_e)))
+    curvature = _dot(tangent, H_e) + _dot(n_local, bend)
+    free = free & (curvature * norm(tangent) > 1e-12 * _dot(tangent, tangent))
+    cross = _dot(tangent, H_rate) + _dot(n_local, tangent_rate)
+    slide = jnp.where(free, -cross / jnp.where(free, curvature, 1.0), 0.0)
+    # ġ = ∇d · ẏ at the material point (∇d · e is zero where it slides, θ̇ zero where it
+    # does not); g̈ = ∇d · ÿ + ẏᵀ H ẏ + θ̇ ∂²d/∂θ∂t, ÿ = −R_sᵀ (A_s q̈ − b_s) the material point's
+    n_body = mv(R_s, n_local)
+    n = mv(shape.rotation, n_body)
+    relative = point.moves - shape.moves
+    A = algorithms.directional_rows(kin.twists, relative, point.x, n[:, None])[:, 0]
+    b = -_dot(n_body, rows.b) - _dot(H_rate, y_rate) - slide * cross
+    normal = ConstraintRows(A, b, distance - radii, _dot(n_local, y_rate))
+    n_rate = jnp.cross(shape.omega, n) + mv(shape.rotation, mv(R_s, H_rate + slide[:, None] * H_e))
+    x, x_rate = point.x, point.velocity
+    c = x - radii[:, None] * n
+    arm = c - shape.x
+    w = x_rate - radii[:, None] * jnp.cross(point.omega, n) - shape.velocity - jnp.cross(shape.omega, arm)
+    along = mv(shape.rotation, mv(R_s, tangent))
+    c_rate = x_rate + slide[:, None] * along - radii[:, None] * n_rate
+    w_rate = (
+        point.bias
+        - radii[:, None] * jnp.cross(point.alpha, n)
+        + jnp.cross(point.omega, c_rate - x_rate)
+        - shape.bias
+        - jnp.cross(shape.alpha, arm)
+        - jnp.cross(shape.omega, c_rate - shape.velocity)
+    )
+    reach = jnp.maximum(distance - radii, 0) + 2 * radii + thickness
+    return _between_bodies(
+        coefficients, normal, n, n_rate, kin.twists, relative, c, w, w_rate, qd, reach,
+        norm(y_rate) + jnp.abs(slide) * norm(tangent),
+    )

@@ -19,6 +19,7 @@ from .._robots.joints import Kinematics as Kinematics
 from .._robots.mjcf import from_mjcf as from_mjcf, from_urdf as from_urdf
 from .._robots.model import Model as Model
 from .._robots.parameters import FileParameters as FileParameters
+from .._robots.rim_faces import RimFaceContacts as RimFaceContacts
 from .._robots.rings import RingContacts as RingContacts
 from .._robots.segment_shapes import SegmentShapeContacts as SegmentShapeContacts
 from .._robots.tree import RigidBodyTree as RigidBodyTree
