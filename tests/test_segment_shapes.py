@@ -84,6 +84,21 @@ def test_a_capsule_and_a_box_against_a_cylinder_at_mujocos_distance(pairs):
     assert checked["cap"] > 150 and checked["box"] > 150 and checked["faces"] > 5
 
 
+def _agree(rows, normal, v, rate, At):
+    """A contact's rows against the reference: its normal rows (`holonomic_rows` of the gap),
+    the slip, its rate and its rows, to 1e-9."""
+    for got, want in (
+        (rows.normal.phi, normal.phi),
+        (rows.normal.phid, normal.phid),
+        (rows.normal.A, normal.A),
+        (rows.normal.b, normal.b),
+        (rows.tangent.phid, v),
+        (rows.tangent.A, At),
+        (rows.tangent.b, -rate),
+    ):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-9 * np.abs(want).max())
+
+
 def _crossing(q, i_cyl, i_cap):
     """The closed form where the capsule's nearest point lies between its ends and the
     cylinder's on its side: the distance between the two axes' lines less both radii, and the
@@ -165,18 +180,7 @@ def test_rows_follow_the_nearest_point_as_automatic_differentiation_does(pairs):
             quat = q[7 * b + 3 : 7 * b + 7]
             qd[7 * b + 3 : 7 * b + 7] -= (qd[7 * b + 3 : 7 * b + 7] @ quat) * quat
         q, qd = jnp.asarray(q), jnp.asarray(qd)
-        rows = ours(q, qd)
-        normal, v, rate, At = reference(q, qd)
-        for got, want in (
-            (rows.normal.phi, normal.phi),
-            (rows.normal.phid, normal.phid),
-            (rows.normal.A, normal.A),
-            (rows.normal.b, normal.b),
-            (rows.tangent.phid, v),
-            (rows.tangent.A, At),
-            (rows.tangent.b, -rate),
-        ):
-            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-9 * np.abs(want).max())
+        _agree(ours(q, qd), *reference(q, qd))
 
 
 LOG = f"""<mujoco><worldbody>
@@ -269,18 +273,7 @@ def test_a_rims_rows_on_a_face_follow_its_nearest_point_as_automatic_differentia
             quat = q[7 * b + 3 : 7 * b + 7]
             qd[7 * b + 3 : 7 * b + 7] -= (qd[7 * b + 3 : 7 * b + 7] @ quat) * quat
         q, qd = jnp.asarray(q), jnp.asarray(qd)
-        rows = ours(q, qd)
-        normal, v, rate, At = reference(q, qd)
-        for got, want in (
-            (rows.normal.phi, normal.phi),
-            (rows.normal.phid, normal.phid),
-            (rows.normal.A, normal.A),
-            (rows.normal.b, normal.b),
-            (rows.tangent.phid, v),
-            (rows.tangent.A, At),
-            (rows.tangent.b, -rate),
-        ):
-            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-9 * np.abs(want).max())
+        _agree(ours(q, qd), *reference(q, qd))
 
 
 TABLE = f"""<mujoco><worldbody>
