@@ -300,3 +300,20 @@ def test_a_can_lying_on_a_table_rests_on_its_rims_lowest_points():
     for side in ("bottom", "top"):
         np.testing.assert_allclose(forces[f"can–table[{side} rim, face 4]"], 0.5 * G / 2, rtol=1e-9)
     assert sum(abs(f) for n, f in forces.items() if "face 4" not in n) < 1e-12
+
+
+def test_bad_segments_and_rims_are_refused(pairs):
+    """A plane as a segment's shape, a segment of one point, a face outside 0..5 and an axis
+    that is not a unit vector are said."""
+    tree = pairs.system
+    eye, size = np.eye(3)[None], np.array([[R, H, 0.0]])
+    segment = np.array([[[0.0, 0.0, -L], [0.0, 0.0, L]]])
+    with pytest.raises(ValueError, match="a segment meets a plane"):
+        SegmentShapeContacts(tree, ["cap"], segment, [r], ["cyl"], ["plane"], np.zeros((1, 3)), eye, size, 0.5)
+    with pytest.raises(ValueError, match="two distinct ends"):
+        SegmentShapeContacts(tree, ["cap"], np.zeros((1, 2, 3)), [r], ["cyl"], ["cylinder"], np.zeros((1, 3)), eye, size, 0.5)
+    rim = dict(centres=np.zeros((1, 3)), radii=[R], tubes=[0.0], shape_bodies=["box"], positions=np.zeros((1, 3)), rotations=eye, sizes=np.full((1, 3), 0.1))
+    with pytest.raises(ValueError, match="one face in 0..5"):
+        RimFaceContacts(tree, ["cyl"], axes=np.array([[0.0, 0.0, 1.0]]), faces=[7], friction=0.5, **rim)
+    with pytest.raises(ValueError, match="unit vectors"):
+        RimFaceContacts(tree, ["cyl"], axes=np.array([[0.0, 0.0, 2.0]]), faces=[0], friction=0.5, **rim)
