@@ -21,8 +21,7 @@ def as_input(x: ArrayLike, dtype=None) -> Array | np.ndarray:
     """`x` as a compiled program's argument, of `dtype` (default: the dtype `jnp.asarray`
     would give it): an array on a device stays one, anything else becomes a NumPy array,
     which the program's call moves to the device for a fraction of an eager `jnp.asarray`
-    (20 against 60-80 µs a value, a small robot's fixed-step run taking a few hundred
-    steps in that time)."""
+    (`benchmarks/arm_batches.py`: a small robot's run is short beside such costs)."""
     if isinstance(x, jax.Array):  # tracers too
         return x if dtype is None or x.dtype == dtype else x.astype(dtype)
     x = np.asarray(x)

@@ -144,10 +144,9 @@ class Bound(NamedTuple):
 
 
 # The last systems bound, by identity (an edit through `eqx.tree_at` is a new object, bound
-# anew). Selecting, binding and partitioning walk the whole system, eagerly: 1.4 ms a call for
-# the UR5e, a seventh of the 10 ms its second of servoed motion then takes
-# (`benchmarks/arm_batches.py`). The bound system holds the caller's own arrays, so a value
-# changed in place reaches it as it would reach the caller's system.
+# anew). Selecting, binding and partitioning walk the whole system, eagerly, a large part of a
+# small robot's short fixed-step run (`benchmarks/arm_batches.py`). The bound system holds the
+# caller's own arrays, so a value changed in place reaches it as it would the caller's system.
 _RECENT: list[tuple[weakref.ref, tuple, Bound]] = []
 _KEPT = 8
 
